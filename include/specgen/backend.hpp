@@ -29,7 +29,7 @@ using stream_id = std::uint64_t;
 
 /// Who is asking. Real servers ignore this; the replay model uses it to pick a trace.
 struct request_context {
-  std::string task;
+  std::string task{};
   int search = 0;
   int round = 0;
   int lane = 0;
@@ -46,9 +46,9 @@ struct sampling {
 
 /// Start a main (reasoning) stream.
 struct reasoning_request {
-  request_context ctx;
-  std::string system;
-  std::string prompt;
+  request_context ctx{};
+  std::string system{};
+  std::string prompt{};
   sampling params{};
 };
 
@@ -57,17 +57,18 @@ struct kv_lease {
   std::uint64_t cached_tokens = 0;  ///< prefix tokens whose KV blocks are available
   duration fetch_time{0};           ///< modelled or measured time to bring them to the server
   std::uint64_t handle = 0;         ///< store-specific handle for backends with KV hooks
+  friend bool operator==(const kv_lease&, const kv_lease&) = default;
 };
 
 /// Fork K non-reasoning generations whose context is the parent's prompt plus
 /// exactly `reasoning_prefix` (the reasoning token ids received so far).
 struct fork_request {
-  request_context ctx;
+  request_context ctx{};
   stream_id parent = 0;
-  std::vector<token_id> reasoning_prefix;
+  std::vector<token_id> reasoning_prefix{};
   int samples = 1;                                    ///< K
   sampling params{.temperature = 0.1, .top_p = 1.0, .max_tokens = 4096};
-  std::optional<kv_lease> kv;
+  std::optional<kv_lease> kv{};
 };
 
 /// A piece of streamed output. `sample` distinguishes the K samples of a fork.
@@ -75,8 +76,8 @@ struct stream_chunk {
   stream_id id = 0;
   int sample = 0;
   bool reasoning = false;          ///< reasoning (thinking) text, or answer text
-  std::string text;
-  std::vector<token_id> tokens;    ///< ids of exactly this chunk (may be empty if the server gives none)
+  std::string text{};
+  std::vector<token_id> tokens{};    ///< ids of exactly this chunk (may be empty if the server gives none)
 };
 
 struct usage {
@@ -101,8 +102,8 @@ struct stream_end {
   stream_id id = 0;
   int sample = 0;
   finish_reason reason = finish_reason::stop;
-  usage used;
-  std::string error;  ///< set when reason == error
+  usage used{};
+  std::string error{};  ///< set when reason == error
 };
 
 /// Receives stream output. Called on the loop thread only.
@@ -120,7 +121,7 @@ struct backend_limits {
 };
 
 struct backend_error {
-  std::string message;
+  std::string message{};
   bool retryable = false;
 };
 

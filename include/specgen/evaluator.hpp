@@ -26,8 +26,8 @@ struct eval_job {
   job_id id = 0;
   stage kind = stage::compile;
   int device = -1;                              ///< -1 for compile jobs
-  std::shared_ptr<const candidate> cand;
-  std::shared_ptr<const task> for_task;
+  std::shared_ptr<const candidate> cand{};
+  std::shared_ptr<const task> for_task{};
 };
 
 struct eval_outcome {
@@ -35,9 +35,9 @@ struct eval_outcome {
   stage kind = stage::compile;
   int device = -1;
   bool cancelled = false;            ///< the job was cancelled; `result` is meaningless
-  verdict result;                    ///< for compile: ok or compile_error / invalid_plan
-  compile_report compile;            ///< for compile jobs
-  std::optional<measurement> timing; ///< for profile jobs with an ok verdict
+  verdict result{};                    ///< for compile: ok or compile_error / invalid_plan
+  compile_report compile{};            ///< for compile jobs
+  std::optional<measurement> timing{}; ///< for profile jobs with an ok verdict
   duration busy{0};                  ///< device (or compile slot) time the job held
 };
 

@@ -76,22 +76,22 @@ constexpr std::optional<verdict_kind> parse_verdict(std::string_view s) noexcept
 
 /// Where an output disagreed with the reference, in terms a model can act on.
 struct mismatch_stats {
-  std::string output;                  ///< buffer name
-  std::string shape;                   ///< the validation shape, e.g. "N=1000,M=77"
+  std::string output{};                  ///< buffer name
+  std::string shape{};                   ///< the validation shape, e.g. "N=1000,M=77"
   double max_abs = 0;                  ///< largest |got - want|
   double max_rel = 0;                  ///< largest |got - want| / |want|
   std::uint64_t count = 0;             ///< elements outside tolerance
   std::uint64_t total = 0;             ///< elements compared
-  std::vector<std::uint64_t> first_indices;  ///< first few offending flat indices
+  std::vector<std::uint64_t> first_indices{};  ///< first few offending flat indices
   friend bool operator==(const mismatch_stats&, const mismatch_stats&) = default;
 };
 
 /// A verdict with the details a model needs to fix the kernel.
 struct verdict {
   verdict_kind kind = verdict_kind::ok;
-  std::string summary;                  ///< one line: what went wrong
-  std::string log;                      ///< compiler log excerpt, fault text, ...
-  std::optional<mismatch_stats> mismatch;
+  std::string summary{};                  ///< one line: what went wrong
+  std::string log{};                      ///< compiler log excerpt, fault text, ...
+  std::optional<mismatch_stats> mismatch{};
   friend bool operator==(const verdict&, const verdict&) = default;
 };
 
@@ -111,11 +111,11 @@ struct compile_report {
 struct measurement {
   double median_us = 0;            ///< candidate, median over samples
   double spread = 0;               ///< relative spread (IQR / median)
-  std::vector<double> samples_us;  ///< raw samples (may be trimmed in journals)
+  std::vector<double> samples_us{};  ///< raw samples (may be trimmed in journals)
   double baseline_median_us = 0;
   double speedup = 0;              ///< baseline_median_us / median_us
   double sm_clock_mhz = 0;         ///< observed SM clock during the measurement (0 if unknown)
-  std::map<std::string, double> metrics;  ///< profiler metrics, e.g. "dram_throughput_pct"
+  std::map<std::string, double> metrics{};  ///< profiler metrics, e.g. "dram_throughput_pct"
   friend bool operator==(const measurement&, const measurement&) = default;
 };
 
@@ -127,25 +127,26 @@ struct provenance {
   int round = 0;           ///< 0-based round (= iteration) within the search
   int lane = 0;            ///< which parallel stream of the round (seeds, population members)
   origin from = origin::main;
-  std::string trigger;     ///< name of the trigger that forked it ("" for main)
+  std::string trigger{};     ///< name of the trigger that forked it ("" for main)
   std::uint64_t prefix_tokens = 0;  ///< reasoning tokens in the fork's prefix (total for main)
   int sample = 0;          ///< sample index among the K of a fork
-  std::vector<candidate_id> parents;  ///< earlier candidates the prompt built on
+  std::vector<candidate_id> parents{};  ///< earlier candidates the prompt built on
   friend bool operator==(const provenance&, const provenance&) = default;
 };
 
 /// A kernel the model wrote: device source plus the launch plan.
 struct candidate {
   candidate_id id = 0;
-  std::string task;         ///< task name
-  provenance prov;
-  std::string source;       ///< CUDA device code (extern "C" __global__ kernels)
-  std::string plan;         ///< launch plan text (see plan.hpp)
+  std::string task{};         ///< task name
+  provenance prov{};
+  std::string source{};       ///< CUDA device code (extern "C" __global__ kernels)
+  std::string plan{};         ///< launch plan text (see plan.hpp)
   timestamp created{0};
   /// Content hash of (source, plan): identical kernels share evaluations.
   [[nodiscard]] std::uint64_t content_hash() const noexcept {
     return fnv1a(plan, fnv1a(source) ^ 0x9e3779b97f4a7c15ull);
   }
+  friend bool operator==(const candidate&, const candidate&) = default;
 };
 
 /// Where a candidate is in the pipeline.
@@ -156,16 +157,16 @@ constexpr std::string_view to_string(stage s) noexcept { return stage_names[stat
 /// The full evaluation record of one candidate.
 struct evaluation {
   candidate_id id = 0;
-  verdict result;
-  compile_report compile;
-  std::optional<measurement> timing;  ///< present when profiled
+  verdict result{};
+  compile_report compile{};
+  std::optional<measurement> timing{};  ///< present when profiled
   friend bool operator==(const evaluation&, const evaluation&) = default;
 };
 
 /// The summary a strategy puts into the next round's prompt.
 struct feedback {
-  std::string text;                       ///< rendered for the model
-  std::vector<candidate_id> about;        ///< candidates it summarises
+  std::string text{};                       ///< rendered for the model
+  std::vector<candidate_id> about{};        ///< candidates it summarises
 };
 
 SPECGEN_END_NAMESPACE

@@ -1,0 +1,889 @@
+#pragma once
+/// The speculative search engine.
+///
+/// One thread, one event loop: reasoning streams, forks, compile and device
+/// jobs all post their events into the loop, and the engine reacts. The same
+/// code runs a real search (`steady_clock`) and a simulation (`virtual_clock`).
+///
+/// A round of one search: the strategy builds one prompt per lane; each lane's
+/// reasoning stream is fed chunk by chunk to its copy of the trigger policy; a
+/// firing trigger forks K non-reasoning generations from the exact reasoning
+/// token ids so far; every fork sample and the stream's own final answer are
+/// extracted into candidates and sent through compile → validate → profile;
+/// each profiled speculative kernel goes to the termination policy, which may
+/// cancel its lane's reasoning. The round ends when every lane has ended and
+/// every main-stream candidate has its verdict; stale forks and queued jobs
+/// of the round are then cancelled.
+///
+/// @code
+///   specgen::event_loop<specgen::virtual_clock> loop;
+///   specgen::replay::replay_model model(loop, corpus.traces, {});
+///   specgen::sim::simulated_device gpu(loop, corpus.costs, {.devices = 4});
+///   specgen::engine eng(loop, model, gpu, specgen::mode_config("specgen").value());
+///   for (auto& t : corpus.tasks) eng.add_search(t);
+///   specgen::run_result r = eng.run();
+/// @endcode
+#include <specgen/backend.hpp>
+#include <specgen/clock.hpp>
+#include <specgen/detail/config.hpp>
+#include <specgen/evaluator.hpp>
+#include <specgen/extract.hpp>
+#include <specgen/journal.hpp>
+#include <specgen/policy/kv.hpp>
+#include <specgen/policy/pool.hpp>
+#include <specgen/policy/strategy.hpp>
+#include <specgen/policy/termination.hpp>
+#include <specgen/policy/trigger.hpp>
+#include <specgen/prompt.hpp>
+#include <specgen/scheduler.hpp>
+#include <specgen/timeline.hpp>
+#include <specgen/types.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+
+/// When a search ends. A zero means "no limit".
+struct search_budget {
+  int max_rounds = 100;              ///< iterations (the paper runs 100 per task)
+  double max_seconds = 0;            ///< wall (or virtual) seconds per search
+  std::uint64_t max_tokens = 0;      ///< generated tokens per search (reasoning + answers + forks)
+  double target_speedup = 0;         ///< the target for `seconds_to_target`
+  bool stop_at_target = false;       ///< end the search as soon as the target is reached
+  friend bool operator==(const search_budget&, const search_budget&) = default;
+};
+
+/// Everything that makes one configuration of the engine. The paper's
+/// baselines and every ablation step are values of this type (see modes.hpp).
+struct engine_config {
+  std::uint64_t seed = 1;
+  any_strategy strategy{};
+  any_trigger trigger = any_trigger(triggers::never{});
+  any_termination termination = any_termination(termination::beats_mean{});
+  any_pool pool = any_pool(static_split{});
+  any_kv kv = any_kv(no_kv{});
+  search_budget budget{};
+  sampling main_sampling{};
+  sampling fork_sampling{.temperature = 0.1, .top_p = 1.0, .max_tokens = 4096};
+  int max_streams = 0;                      ///< 0: the backend's limit
+  bool cancel_running_at_round_end = false; ///< also stop running (not only queued) stale jobs
+  bool extract_inline_code = true;          ///< forks of think-then-write traces may answer without fences
+  prompt_params prompt{};
+};
+
+/// Live state of one search, for progress displays.
+struct search_progress {
+  int search = 0;
+  std::string task;
+  int round = 0;
+  double best_speedup = 0;
+  int in_flight = 0;          ///< candidates queued or being evaluated
+  int streams = 0;            ///< reasoning streams and forks generating
+  std::uint64_t tokens = 0;
+  bool done = false;
+};
+
+/// Outcome of one search.
+struct search_result {
+  int search = 0;
+  std::string task;
+  int rounds = 0;
+  std::string end_reason;
+  double best_speedup = 0;                ///< 0 when nothing valid was found
+  candidate_id best = 0;
+  double end_seconds = 0;
+  std::optional<double> seconds_to_target;
+  usage tokens;                           ///< all generation of the search
+  std::uint64_t generated_tokens = 0;     ///< completion tokens (reasoning + answers + forks)
+  int candidates = 0, from_forks = 0, forks = 0, forks_skipped = 0, extract_failures = 0;
+  int compiled_ok = 0, validated_ok = 0, profiled = 0, cancelled = 0, reused = 0, terminations = 0;
+  std::map<std::string, int> verdicts;
+};
+
+/// Outcome of a run (all searches).
+struct run_result {
+  std::vector<search_result> searches;
+  double e2e_seconds = 0;                 ///< until the last search ended
+  double pool_utilization = 0;            ///< device busy time / (devices × e2e)
+  std::uint64_t generated_tokens = 0;
+  int profiled_kernels = 0;
+  double best_speedup_geomean = 0;        ///< over searches with a valid kernel (others count as 1.0)
+  std::uint64_t events = 0;               ///< loop callbacks run (engine cost benchmark)
+  scheduler_stats scheduler;              ///< device accounting over the run
+};
+
+template <backend Backend, evaluator Evaluator, clock Clock>
+class engine final : private stream_sink {
+ public:
+  using loop_type = event_loop<Clock>;
+
+  engine(loop_type& loop, Backend& model, Evaluator& eval, engine_config cfg, journal_writer* journal = nullptr,
+         timeline* tl = nullptr)
+      : loop_(loop),
+        model_(model),
+        eval_(eval),
+        cfg_(std::move(cfg)),
+        journal_(journal),
+        timeline_(tl),
+        sched_(loop, eval.devices(), eval.compile_slots(), cfg_.pool,
+               scheduler_callbacks{.submit = [this](eval_job j, eval_callback cb) { submit_job(std::move(j), std::move(cb)); },
+                                   .cancel = [this](job_id id) { return eval_.cancel(id); }}) {
+    const int backend_limit = static_cast<int>(model_.limits().max_concurrent_streams);
+    max_streams_ = cfg_.max_streams > 0 ? std::min(cfg_.max_streams, backend_limit) : backend_limit;
+    sched_.on_idle([this] { tick_triggers(); });
+  }
+  engine(const engine&) = delete;  // the scheduler and the backend hold callbacks into this object
+  engine& operator=(const engine&) = delete;
+
+  /// Add a search (one task). Returns its index.
+  int add_search(std::shared_ptr<const task> t) {
+    auto s = std::make_unique<search_rt>();
+    s->index = static_cast<int>(searches_.size());
+    s->t = std::move(t);
+    s->seed = cfg_.seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(s->index) * 0xbf58476d1ce4e5b9ull;
+    searches_.push_back(std::move(s));
+    return searches_.back()->index;
+  }
+
+  /// Restore a killed run: candidates and verdicts from the journal are kept,
+  /// identical kernels are not evaluated again, pending candidates are
+  /// re-queued, and each search continues after its last completed round.
+  void resume(const journal_state& st);
+
+  /// Called with a snapshot every `interval` of loop time while the run lasts.
+  void on_progress(std::function<void(const std::vector<search_progress>&)> fn, duration interval) {
+    progress_fn_ = std::move(fn);
+    progress_interval_ = interval;
+  }
+
+  /// Run every search to its end. Returns the measured outcome.
+  run_result run();
+
+  [[nodiscard]] std::vector<search_progress> progress() const;
+  [[nodiscard]] const device_scheduler& scheduler() const noexcept { return sched_; }
+  /// Every candidate record of a search, in creation order.
+  [[nodiscard]] std::span<const candidate_record> records(int search) const { return searches_.at(static_cast<std::size_t>(search))->records; }
+
+ private:
+  struct lane_rt {
+    int lane = 0;
+    stream_id id = 0;
+    bool started = false, ended = false, terminated = false;
+    std::string prompt;
+    std::vector<candidate_id> parents;
+    std::string reasoning;
+    std::vector<token_id> ids;
+    std::string answer;
+    std::optional<any_trigger> trig;
+    std::uint64_t last_fork_tokens = 0;
+    int forks_this_round = 0;
+    int forks_in_flight = 0;
+    timestamp began{0};
+  };
+  struct fork_rt {
+    int search = 0, round = 0, lane = 0;
+    std::string trigger;
+    std::uint64_t prefix_tokens = 0;
+    std::vector<std::string> texts;
+    std::vector<bool> ended;
+    int open = 0;
+    timestamp began{0};
+  };
+  struct search_rt {
+    int index = 0;
+    std::shared_ptr<const task> t;
+    std::uint64_t seed = 0;
+    int round = -1;
+    int first_round = 0;
+    std::vector<lane_rt> lanes;
+    std::vector<candidate_record> records;
+    std::vector<double> history;         ///< speedups of profiled kernels, arrival order
+    std::set<stream_id> forks;           ///< this search's generating forks
+    std::set<candidate_id> pending_main; ///< main-stream candidates of the round without a verdict
+    std::vector<evaluation> staging;     ///< per record: stage results so far, until the final verdict
+    int in_flight = 0;
+    bool done = false;
+    timer_id deadline = 0;
+    search_result res;
+    std::uint64_t generated = 0;
+  };
+  struct stream_owner {
+    int search = 0;
+    int lane = 0;
+    bool fork = false;
+  };
+
+  // ---- loop-side plumbing ---------------------------------------------------
+  static std::uint64_t group_of(int search, int round) noexcept {
+    return (static_cast<std::uint64_t>(search) << 32) | static_cast<std::uint32_t>(round);
+  }
+  void journal(std::string_view type, nlohmann::json body) {
+    if (journal_) journal_->write(type, loop_.now(), std::move(body));
+  }
+
+  void submit_job(eval_job j, eval_callback cb) {
+    const timestamp began = loop_.now();
+    const int device = j.device;
+    const stage kind = j.kind;
+    const candidate_id cid = j.cand ? j.cand->id : 0;
+    eval_.submit(std::move(j), [this, cb = std::move(cb), began, device, kind, cid](eval_outcome o) {
+      if (timeline_ && !o.cancelled) {
+        const std::string track = device < 0 ? "compile" : fmt::format("GPU {}", device);
+        timeline_->span("evaluation", track, fmt::format("{} #{}", to_string(kind), cid), began, loop_.now(),
+                        {{"verdict", std::string(to_string(o.result.kind))}, {"summary", o.result.summary}});
+      }
+      cb(std::move(o));
+    });
+  }
+
+  // ---- rounds ---------------------------------------------------------------
+  void start_round(search_rt& s);
+  void start_lane_stream(search_rt& s, int lane);
+  void pump_waiting_streams();
+  void maybe_end_round(search_rt& s);
+  void end_round(search_rt& s, std::string_view reason);
+  void finish_search(search_rt& s, std::string reason);
+  bool budget_exhausted(const search_rt& s, std::string& reason) const;
+
+  // ---- streams --------------------------------------------------------------
+  void on_chunk(const stream_chunk& c) override;
+  void on_end(const stream_end& e) override;
+  void consider_fork(search_rt& s, lane_rt& l, std::size_t new_from);
+  void tick_triggers();
+  void terminate_lane(search_rt& s, lane_rt& l, candidate_id because);
+  void count_tokens(search_rt& s, std::uint64_t n);
+
+  // ---- candidates -------------------------------------------------------------
+  void add_candidate(search_rt& s, provenance prov, std::string text);
+  void enqueue_stage(search_rt& s, std::size_t idx, stage st);
+  void on_stage_done(int search, std::size_t idx, eval_outcome o);
+  void finalize(search_rt& s, std::size_t idx, evaluation e, bool reused);
+  void cancelled(search_rt& s, std::size_t idx, stage st);
+  void account_final(search_rt& s, const candidate_record& r);
+
+  loop_type& loop_;
+  Backend& model_;
+  Evaluator& eval_;
+  engine_config cfg_;
+  journal_writer* journal_;
+  timeline* timeline_;
+  device_scheduler sched_;
+  std::vector<std::unique_ptr<search_rt>> searches_;
+  std::unordered_map<stream_id, stream_owner> owners_;
+  std::unordered_map<stream_id, fork_rt> forks_;
+  std::deque<std::pair<int, int>> waiting_;  ///< (search, lane) waiting for a stream slot
+  std::unordered_map<std::uint64_t, evaluation> known_;  ///< by content hash: evaluations from a resumed journal
+  std::unordered_map<std::uint64_t, std::pair<int, std::size_t>> first_seen_;  ///< content hash → record
+  int max_streams_ = 64;
+  int active_streams_ = 0;
+  int searches_left_ = 0;
+  candidate_id next_id_ = 1;
+  timestamp started_{0}, ended_{0};
+  std::function<void(const std::vector<search_progress>&)> progress_fn_;
+  duration progress_interval_{0};
+};
+
+// =============================================================================
+// Implementation. Kept in the header (the core is header-only) but out of the
+// class body so the class reads as a summary.
+
+template <backend B, evaluator E, clock C>
+run_result engine<B, E, C>::run() {
+  started_ = loop_.now();
+  if (journal_)
+    journal_->write_run_start(loop_.now(), cfg_.seed,
+                              {{"strategy", cfg_.strategy.name()},
+                               {"trigger", cfg_.trigger.name()},
+                               {"termination", cfg_.termination.name()},
+                               {"pool", cfg_.pool.name()},
+                               {"kv", cfg_.kv.name()},
+                               {"searches", searches_.size()}});
+  searches_left_ = 0;
+  for (auto& s : searches_) {
+    if (s->done) continue;
+    ++searches_left_;
+    if (journal_) journal_->write_search_start(loop_.now(), s->index, s->t->name);
+    if (cfg_.budget.max_seconds > 0)
+      s->deadline = loop_.after(seconds(cfg_.budget.max_seconds), [this, sp = s.get()] {
+        sp->deadline = 0;
+        finish_search(*sp, "time budget");
+      });
+    s->round = s->first_round - 1;
+    if (s->first_round >= cfg_.budget.max_rounds) {
+      s->round = s->first_round;
+      finish_search(*s, "round budget");
+      continue;
+    }
+    start_round(*s);
+  }
+  if (progress_fn_ && progress_interval_.count() > 0) {
+    auto tick = std::make_shared<std::function<void()>>();
+    *tick = [this, tick] {
+      progress_fn_(progress());
+      if (searches_left_ > 0) loop_.after(progress_interval_, *tick);
+    };
+    loop_.after(progress_interval_, *tick);
+  }
+  if (searches_left_ > 0) {
+    if constexpr (!C::is_virtual) loop_.hold();  // outside threads (HTTP, workers) post into a real loop
+    loop_.run();
+    if constexpr (!C::is_virtual) loop_.release();
+  }
+  if (ended_ < started_) ended_ = loop_.now();
+
+  run_result r;
+  r.e2e_seconds = to_seconds(ended_ - started_);
+  r.scheduler = sched_.stats();
+  r.pool_utilization = r.scheduler.utilisation();
+  double log_sum = 0;
+  for (auto& s : searches_) {
+    r.searches.push_back(s->res);
+    r.generated_tokens += s->res.generated_tokens;
+    r.profiled_kernels += s->res.profiled;
+    log_sum += std::log(s->res.best_speedup > 0 ? s->res.best_speedup : 1.0);
+  }
+  r.best_speedup_geomean = searches_.empty() ? 0 : std::exp(log_sum / static_cast<double>(searches_.size()));
+  r.events = loop_.events();
+  if (journal_)
+    journal_->write_run_end(loop_.now(), {{"e2e_seconds", r.e2e_seconds}, {"pool_utilization", r.pool_utilization},
+                                          {"profiled_kernels", r.profiled_kernels},
+                                          {"generated_tokens", r.generated_tokens}});
+  if (progress_fn_) progress_fn_(progress());
+  return r;
+}
+
+template <backend B, evaluator E, clock C>
+bool engine<B, E, C>::budget_exhausted(const search_rt& s, std::string& reason) const {
+  if (s.round + 1 >= cfg_.budget.max_rounds) {
+    reason = "round budget";
+    return true;
+  }
+  if (cfg_.budget.max_tokens > 0 && s.generated >= cfg_.budget.max_tokens) {
+    reason = "token budget";
+    return true;
+  }
+  return false;
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::start_round(search_rt& s) {
+  ++s.round;
+  s.res.rounds = s.round + 1;
+  const search_view view{.for_task = s.t.get(), .round = s.round, .records = s.records, .seed = s.seed};
+  auto plans = cfg_.strategy.plan_round(view);
+  s.lanes.clear();
+  s.pending_main.clear();
+  if (journal_) journal_->write_round_start(loop_.now(), s.index, s.round);
+  for (auto& p : plans) {
+    lane_rt l;
+    l.lane = p.lane;
+    l.prompt = std::move(p.prompt);
+    l.parents = std::move(p.parents);
+    l.trig.emplace(cfg_.trigger);
+    s.lanes.push_back(std::move(l));
+  }
+  for (std::size_t i = 0; i < s.lanes.size(); ++i) {
+    s.lanes[i].lane = static_cast<int>(i);  // lanes are addressed by position
+    waiting_.emplace_back(s.index, static_cast<int>(i));
+  }
+  if (s.lanes.empty()) maybe_end_round(s);
+  pump_waiting_streams();
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::pump_waiting_streams() {
+  while (!waiting_.empty() && active_streams_ < max_streams_) {
+    auto [si, li] = waiting_.front();
+    waiting_.pop_front();
+    auto& s = *searches_[static_cast<std::size_t>(si)];
+    if (s.done || static_cast<std::size_t>(li) >= s.lanes.size() || s.lanes[static_cast<std::size_t>(li)].started) continue;
+    start_lane_stream(s, li);
+  }
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::start_lane_stream(search_rt& s, int li) {
+  auto& l = s.lanes[static_cast<std::size_t>(li)];
+  reasoning_request req{
+      .ctx = {.task = s.t->name, .search = s.index, .round = s.round, .lane = l.lane,
+              .seed = s.seed ^ (static_cast<std::uint64_t>(s.round) << 20) ^ static_cast<std::uint64_t>(l.lane)},
+      .system = system_prompt(),
+      .prompt = l.prompt,
+      .params = cfg_.main_sampling};
+  auto id = model_.start_reasoning(req, *this);
+  l.started = true;
+  l.began = loop_.now();
+  if (!id) {
+    // Nothing was generated, so nothing is lost: the lane ends with the error journaled.
+    l.ended = true;
+    journal("stream_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", id.error().message}});
+    maybe_end_round(s);
+    return;
+  }
+  l.id = *id;
+  owners_[l.id] = stream_owner{.search = s.index, .lane = li, .fork = false};
+  ++active_streams_;
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::count_tokens(search_rt& s, std::uint64_t n) {
+  s.generated += n;
+  s.res.generated_tokens = s.generated;
+  if (cfg_.budget.max_tokens > 0 && s.generated >= cfg_.budget.max_tokens && !s.done)
+    // Finishing inside a sink callback would cancel the stream under our feet; defer one event.
+    loop_.after(duration{0}, [this, sp = &s] {
+      if (!sp->done) finish_search(*sp, "token budget");
+    });
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::on_chunk(const stream_chunk& c) {
+  auto it = owners_.find(c.id);
+  if (it == owners_.end()) return;  // a chunk racing its own cancel: dropped by contract
+  auto& s = *searches_[static_cast<std::size_t>(it->second.search)];
+  if (it->second.fork) {
+    auto& f = forks_.at(c.id);
+    if (c.sample >= 0 && static_cast<std::size_t>(c.sample) < f.texts.size()) f.texts[static_cast<std::size_t>(c.sample)] += c.text;
+    count_tokens(s, c.tokens.empty() ? 1 : c.tokens.size());
+    return;
+  }
+  auto& l = s.lanes[static_cast<std::size_t>(it->second.lane)];
+  count_tokens(s, c.tokens.empty() ? 1 : c.tokens.size());
+  if (!c.reasoning) {
+    l.answer += c.text;
+    return;
+  }
+  const std::size_t new_from = l.reasoning.size();
+  l.reasoning += c.text;
+  l.ids.insert(l.ids.end(), c.tokens.begin(), c.tokens.end());
+  consider_fork(s, l, new_from);
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_from) {
+  if (s.done || l.ended || l.terminated || !l.trig) return;
+  const trigger_context ctx{.now = loop_.now(),
+                            .idle_validation = sched_.idle(stage::validate),
+                            .idle_profiling = sched_.idle(stage::profile),
+                            .validation_queue = sched_.queued(stage::validate),
+                            .profiling_queue = sched_.queued(stage::profile),
+                            .forks_in_flight = l.forks_in_flight,
+                            .tokens_since_fork = l.ids.size() - l.last_fork_tokens,
+                            .forks_this_round = l.forks_this_round};
+  const stream_view view{.text = l.reasoning, .new_from = new_from, .tokens = l.ids.size()};
+  auto fire = l.trig->on_chunk(view, ctx);
+  if (!fire) return;
+  if (active_streams_ >= max_streams_ || !waiting_.empty()) {
+    // A late fork is worthless and must never delay a main stream: skip it.
+    ++s.res.forks_skipped;
+    journal("fork_skipped", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"trigger", fire->trigger},
+                             {"prefix_tokens", l.ids.size()}});
+    return;
+  }
+  cfg_.kv.store(s.index, std::span<const token_id>(l.ids));
+  fork_request fr{.ctx = {.task = s.t->name, .search = s.index, .round = s.round, .lane = l.lane,
+                          .seed = s.seed ^ l.ids.size()},
+                  .parent = l.id,
+                  .reasoning_prefix = l.ids,
+                  .samples = std::max(1, fire->samples),
+                  .params = cfg_.fork_sampling,
+                  .kv = cfg_.kv.lease(std::span<const token_id>(l.ids))};
+  auto id = model_.fork(fr, *this);
+  if (!id) {
+    journal("fork_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", id.error().message}});
+    return;
+  }
+  ++active_streams_;
+  ++s.res.forks;
+  ++l.forks_this_round;
+  ++l.forks_in_flight;
+  l.last_fork_tokens = l.ids.size();
+  owners_[*id] = stream_owner{.search = s.index, .lane = l.lane, .fork = true};
+  fork_rt f{.search = s.index, .round = s.round, .lane = l.lane, .trigger = fire->trigger,
+            .prefix_tokens = l.ids.size(), .texts = std::vector<std::string>(static_cast<std::size_t>(fr.samples)),
+            .ended = std::vector<bool>(static_cast<std::size_t>(fr.samples), false), .open = fr.samples,
+            .began = loop_.now()};
+  forks_.emplace(*id, std::move(f));
+  s.forks.insert(*id);
+  journal("fork", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"stream", *id}, {"trigger", fire->trigger},
+                   {"prefix_tokens", l.ids.size()}, {"samples", fr.samples},
+                   {"kv_cached_tokens", fr.kv ? fr.kv->cached_tokens : 0}});
+  if (timeline_)
+    timeline_->instant(fmt::format("search {} ({})", s.index, s.t->name), fmt::format("lane {}", l.lane),
+                       "fork: " + fire->trigger, loop_.now(), {{"prefix_tokens", l.ids.size()}});
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::tick_triggers() {
+  for (auto& sp : searches_) {
+    if (sp->done) continue;
+    for (auto& l : sp->lanes)
+      if (l.started && !l.ended && !l.terminated) consider_fork(*sp, l, l.reasoning.size());
+  }
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::on_end(const stream_end& e) {
+  auto it = owners_.find(e.id);
+  if (it == owners_.end()) return;
+  const stream_owner own = it->second;
+  auto& s = *searches_[static_cast<std::size_t>(own.search)];
+  s.res.tokens += e.used;
+  if (own.fork) {
+    auto fit = forks_.find(e.id);
+    auto& f = fit->second;
+    const auto k = static_cast<std::size_t>(e.sample);
+    if (k < f.ended.size() && !f.ended[k]) {
+      f.ended[k] = true;
+      --f.open;
+      if (e.reason == finish_reason::stop || e.reason == finish_reason::length) {
+        provenance p{.search = s.index, .round = f.round, .lane = f.lane, .from = origin::fork, .trigger = f.trigger,
+                     .prefix_tokens = f.prefix_tokens, .sample = e.sample, .parents = {}};
+        if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size())
+          p.parents = s.lanes[static_cast<std::size_t>(f.lane)].parents;
+        add_candidate(s, std::move(p), std::move(f.texts[k]));
+      }
+    }
+    if (f.open == 0) {
+      if (timeline_)
+        timeline_->span(fmt::format("search {} ({})", s.index, s.t->name), fmt::format("lane {} forks", f.lane),
+                        "fork: " + f.trigger, f.began, loop_.now(), {{"prefix_tokens", f.prefix_tokens}});
+      if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size())
+        --s.lanes[static_cast<std::size_t>(f.lane)].forks_in_flight;
+      s.forks.erase(e.id);
+      forks_.erase(fit);
+      owners_.erase(it);
+      --active_streams_;
+      pump_waiting_streams();
+    }
+    return;
+  }
+  auto& l = s.lanes[static_cast<std::size_t>(own.lane)];
+  owners_.erase(it);
+  --active_streams_;
+  l.ended = true;
+  if (timeline_)
+    timeline_->span(fmt::format("search {} ({})", s.index, s.t->name), fmt::format("lane {}", l.lane),
+                    fmt::format("round {} reasoning", s.round), l.began, loop_.now(),
+                    {{"tokens", l.ids.size()}, {"terminated", l.terminated}});
+  if (e.reason == finish_reason::error)
+    journal("stream_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", e.error}});
+  if (!l.terminated && (e.reason == finish_reason::stop || e.reason == finish_reason::length)) {
+    provenance p{.search = s.index, .round = s.round, .lane = l.lane, .from = origin::main, .trigger = {},
+                 .prefix_tokens = l.ids.size(), .sample = 0, .parents = l.parents};
+    // The final answer is the candidate; a model that put its kernel only in the
+    // reasoning (answer truncated) still gets its last complete kernel evaluated.
+    std::string text = l.answer.empty() ? l.reasoning : l.answer;
+    add_candidate(s, std::move(p), std::move(text));
+  }
+  pump_waiting_streams();
+  maybe_end_round(s);
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::terminate_lane(search_rt& s, lane_rt& l, candidate_id because) {
+  if (l.ended || l.terminated) return;
+  l.terminated = true;
+  ++s.res.terminations;
+  journal("terminated", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"by", because},
+                         {"reasoning_tokens", l.ids.size()}});
+  if (timeline_)
+    timeline_->instant(fmt::format("search {} ({})", s.index, s.t->name), fmt::format("lane {}", l.lane),
+                       fmt::format("early stop by #{}", because), loop_.now());
+  if (l.started) {
+    model_.cancel(l.id);  // on_end(cancelled) follows and ends the lane
+  } else {
+    l.ended = true;
+    maybe_end_round(s);
+  }
+}
+
+// ---- candidates ---------------------------------------------------------------
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string text) {
+  extract_options opt;
+  opt.allow_inline_code = cfg_.extract_inline_code && prov.from == origin::fork;
+  auto ex = extract_candidate(text, opt);
+  if (!ex) {
+    ++s.res.extract_failures;
+    if (journal_) journal_->write_extract_failed(loop_.now(), prov, ex.error().message);
+    return;
+  }
+  auto c = std::make_shared<candidate>();
+  c->id = next_id_++;
+  c->task = s.t->name;
+  c->prov = std::move(prov);
+  c->source = std::move(ex->source);
+  c->plan = std::move(ex->plan);
+  c->created = loop_.now();
+  ++s.res.candidates;
+  if (c->prov.from == origin::fork) ++s.res.from_forks;
+  if (c->prov.from == origin::main && c->prov.round == s.round) s.pending_main.insert(c->id);
+  if (journal_) journal_->write_candidate(loop_.now(), *c);
+  const std::size_t idx = s.records.size();
+  s.records.push_back(candidate_record{.cand = c, .eval = std::nullopt, .cancelled = false, .reused = false});
+  s.staging.emplace_back();
+
+  const auto h = c->content_hash();
+  if (auto k = known_.find(h); k != known_.end()) {
+    // Evaluated before the run was killed: serve the journaled verdict, do not re-run it.
+    evaluation e = k->second;
+    e.id = c->id;
+    loop_.after(duration{0}, [this, sp = &s, idx, e] { finalize(*sp, idx, e, true); });
+    ++s.in_flight;
+    return;
+  }
+  if (auto f = first_seen_.find(h); f != first_seen_.end()) {
+    const auto& [si, ri] = f->second;
+    const auto& prev = searches_[static_cast<std::size_t>(si)]->records[ri];
+    if (prev.eval && !prev.cancelled) {
+      // An identical kernel was already judged: its verdict holds; no second profile counts.
+      evaluation e = *prev.eval;
+      e.id = c->id;
+      loop_.after(duration{0}, [this, sp = &s, idx, e] { finalize(*sp, idx, e, true); });
+      ++s.in_flight;
+      return;
+    }
+  } else {
+    first_seen_.emplace(h, std::pair{s.index, idx});
+  }
+  ++s.in_flight;
+  enqueue_stage(s, idx, stage::compile);
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::enqueue_stage(search_rt& s, std::size_t idx, stage st) {
+  const auto& r = s.records[idx];
+  sched_.enqueue(st, r.cand, s.t, group_of(s.index, r.cand->prov.round),
+                 [this, si = s.index, idx](eval_outcome o) { on_stage_done(si, idx, std::move(o)); });
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::on_stage_done(int si, std::size_t idx, eval_outcome o) {
+  auto& s = *searches_[static_cast<std::size_t>(si)];
+  auto& r = s.records[idx];
+  if (o.cancelled) {
+    cancelled(s, idx, o.kind);
+    return;
+  }
+  if (journal_) journal_->write_stage(loop_.now(), s.index, *r.cand, o);
+  if (o.kind == stage::compile) {
+    if (o.result.kind != verdict_kind::ok) {
+      finalize(s, idx, evaluation{.id = r.cand->id, .result = o.result, .compile = o.compile, .timing = std::nullopt}, false);
+      return;
+    }
+    ++s.res.compiled_ok;
+    s.staging[idx] = evaluation{.id = r.cand->id, .result = o.result, .compile = o.compile, .timing = std::nullopt};
+    enqueue_stage(s, idx, stage::validate);
+    return;
+  }
+  evaluation e = s.staging[idx];
+  e.id = r.cand->id;
+  e.result = o.result;
+  if (o.kind == stage::validate) {
+    if (o.result.kind != verdict_kind::ok) {
+      finalize(s, idx, std::move(e), false);
+      return;
+    }
+    ++s.res.validated_ok;
+    s.staging[idx] = std::move(e);
+    enqueue_stage(s, idx, stage::profile);
+    return;
+  }
+  e.timing = o.timing;
+  finalize(s, idx, std::move(e), false);
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::cancelled(search_rt& s, std::size_t idx, stage st) {
+  auto& r = s.records[idx];
+  r.cancelled = true;
+  ++s.res.cancelled;
+  --s.in_flight;
+  if (journal_) journal_->write_cancelled(loop_.now(), s.index, r.cand->id, st, s.done ? "search ended" : "stale: its round ended");
+  if (s.pending_main.erase(r.cand->id) > 0) maybe_end_round(s);
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::finalize(search_rt& s, std::size_t idx, evaluation e, bool reused) {
+  auto& r = s.records[idx];
+  r.eval = std::move(e);
+  r.reused = reused;
+  --s.in_flight;
+  if (reused) {
+    ++s.res.reused;
+    if (journal_) journal_->write_reused(loop_.now(), s.index, *r.cand, *r.eval);
+  }
+  account_final(s, r);
+
+  if (r.profiled() && !reused) {
+    const double sp = r.speedup();
+    // The termination policy sees the history *before* this kernel.
+    if (r.cand->prov.from == origin::fork && r.cand->prov.round == s.round && !s.done) {
+      auto& l = s.lanes[static_cast<std::size_t>(r.cand->prov.lane)];
+      if (!l.ended && !l.terminated && cfg_.termination.should_stop(history_view{.speedups = s.history}, sp))
+        terminate_lane(s, l, r.cand->id);
+    }
+    s.history.push_back(sp);
+    if (sp > s.res.best_speedup) {
+      s.res.best_speedup = sp;
+      s.res.best = r.cand->id;
+    }
+    if (cfg_.budget.target_speedup > 0 && sp >= cfg_.budget.target_speedup && !s.res.seconds_to_target) {
+      s.res.seconds_to_target = to_seconds(loop_.now() - started_);
+      journal("target_reached", {{"search", s.index}, {"candidate", r.cand->id}, {"speedup", sp}});
+      if (cfg_.budget.stop_at_target) {
+        finish_search(s, "target reached");
+        return;
+      }
+    }
+  }
+  if (s.pending_main.erase(r.cand->id) > 0) maybe_end_round(s);
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::account_final(search_rt& s, const candidate_record& r) {
+  ++s.res.verdicts[std::string(to_string(r.eval->result.kind))];
+  if (r.profiled() && !r.reused) ++s.res.profiled;
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::maybe_end_round(search_rt& s) {
+  if (s.done) return;
+  for (const auto& l : s.lanes)
+    if (!l.ended) return;
+  if (!s.pending_main.empty()) return;
+  bool terminated = std::any_of(s.lanes.begin(), s.lanes.end(), [](const lane_rt& l) { return l.terminated; });
+  // End the round from a fresh event, never from inside a sink or scheduler callback.
+  const int round = s.round;
+  loop_.after(duration{0}, [this, sp = &s, round, terminated] {
+    if (!sp->done && sp->round == round) end_round(*sp, terminated ? "terminated" : "answer");
+  });
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::end_round(search_rt& s, std::string_view reason) {
+  // Stale speculative work of this round: forks still generating, queued jobs.
+  for (auto id : std::vector<stream_id>(s.forks.begin(), s.forks.end())) model_.cancel(id);
+  sched_.cancel_group(group_of(s.index, s.round), cfg_.cancel_running_at_round_end);
+  cfg_.kv.drop(s.index);
+  if (journal_) journal_->write_round_end(loop_.now(), s.index, s.round, reason, s.generated);
+  std::string why;
+  if (budget_exhausted(s, why)) {
+    finish_search(s, why);
+    return;
+  }
+  start_round(s);
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::finish_search(search_rt& s, std::string reason) {
+  if (s.done) return;
+  s.done = true;
+  for (auto& l : s.lanes)
+    if (l.started && !l.ended) {
+      l.terminated = true;
+      model_.cancel(l.id);
+    }
+  for (auto id : std::vector<stream_id>(s.forks.begin(), s.forks.end())) model_.cancel(id);
+  for (int r = s.first_round; r <= s.round; ++r) sched_.cancel_group(group_of(s.index, r), true);
+  cfg_.kv.drop(s.index);
+  if (s.deadline) loop_.cancel(s.deadline);
+  s.res.search = s.index;
+  s.res.task = s.t->name;
+  s.res.end_reason = reason;
+  s.res.end_seconds = to_seconds(loop_.now() - started_);
+  if (journal_) journal_->write_search_end(loop_.now(), s.index, reason, s.res.best_speedup, s.res.best, s.res.rounds);
+  ended_ = std::max(ended_, loop_.now());
+  if (--searches_left_ == 0) {
+    // Let the cancellations above deliver their ends, then stop.
+    loop_.after(duration{0}, [this] { loop_.stop(); });
+  }
+}
+
+template <backend B, evaluator E, clock C>
+std::vector<search_progress> engine<B, E, C>::progress() const {
+  std::vector<search_progress> out;
+  for (const auto& s : searches_) {
+    int streams = static_cast<int>(s->forks.size());
+    for (const auto& l : s->lanes) streams += (l.started && !l.ended) ? 1 : 0;
+    out.push_back({.search = s->index, .task = s->t->name, .round = std::max(0, s->round), .best_speedup = s->res.best_speedup,
+                   .in_flight = s->in_flight, .streams = streams, .tokens = s->generated, .done = s->done});
+  }
+  return out;
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::resume(const journal_state& st) {
+  next_id_ = std::max(next_id_, st.next_candidate_id);
+  for (const auto& [h, e] : st.evaluations_by_hash) known_.emplace(h, e);
+  for (const auto& [index, js] : st.searches) {
+    if (index < 0 || static_cast<std::size_t>(index) >= searches_.size() || searches_[static_cast<std::size_t>(index)]->t->name != js.task)
+      throw std::invalid_argument(fmt::format(
+          "resume: the journal's search {} is task '{}', which this run does not have at that index", index, js.task));
+    auto& s = *searches_[static_cast<std::size_t>(index)];
+    s.first_round = js.rounds_completed;  // a round the run died in starts again
+    s.generated = js.generated_tokens;
+    s.res.generated_tokens = s.generated;
+    s.res.rounds = js.rounds_completed;
+    if (js.ended) {
+      s.done = true;
+      s.res.search = index;
+      s.res.task = js.task;
+      s.res.end_reason = js.end_reason;
+    }
+  }
+  // Candidates in id order = creation order: records keep their original order.
+  for (const auto& [id, jc] : st.candidates) {
+    const int si = jc.cand.prov.search;
+    if (si < 0 || static_cast<std::size_t>(si) >= searches_.size())
+      throw std::invalid_argument(fmt::format("resume: candidate {} belongs to search {}, which this run does not have", id, si));
+    auto& s = *searches_[static_cast<std::size_t>(si)];
+    const std::size_t idx = s.records.size();
+    s.records.push_back(candidate_record{.cand = std::make_shared<const candidate>(jc.cand), .eval = std::nullopt,
+                                         .cancelled = jc.status == candidate_status::cancelled, .reused = jc.reused});
+    s.staging.emplace_back();
+    ++s.res.candidates;
+    if (jc.cand.prov.from == origin::fork) ++s.res.from_forks;
+    auto& r = s.records.back();
+    first_seen_.try_emplace(r.cand->content_hash(), std::pair{si, idx});
+    if (jc.status == candidate_status::evaluated && jc.result) {
+      r.eval = *jc.result;
+      account_final(s, r);
+      if (r.profiled() && !r.reused) {
+        s.history.push_back(r.speedup());
+        if (r.speedup() > s.res.best_speedup) {
+          s.res.best_speedup = r.speedup();
+          s.res.best = id;
+        }
+      }
+    } else if (jc.status == candidate_status::cancelled) {
+      ++s.res.cancelled;
+    } else if (!s.done) {
+      // Pending when the run died: continue from the stage after the last one that finished.
+      if (jc.result) s.staging[idx] = *jc.result;
+      const stage next = !jc.last_stage ? stage::compile : jc.last_stage == stage::compile ? stage::validate : stage::profile;
+      ++s.in_flight;
+      enqueue_stage(s, idx, next);
+    }
+  }
+}
+
+SPECGEN_END_NAMESPACE

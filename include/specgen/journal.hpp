@@ -1,0 +1,524 @@
+#pragma once
+/// The run journal: an append-only JSONL file with one record per line, so a
+/// killed run resumes without losing an evaluated candidate.
+///
+/// Every record is a JSON object whose first keys are `"type"`, `"t_ns"` (the
+/// event loop's time in integral nanoseconds, exact in virtual time) and `"t"`
+/// (the same in seconds, for people). docs/journal.md lists the record types,
+/// their fields and the resume semantics.
+///
+/// @code
+///   specgen::journal_writer j("run.jsonl", /*append=*/true);
+///   j.write_run_start(loop.now(), seed, config_json);
+///   j.write_candidate(loop.now(), cand);
+///   j.write_stage(loop.now(), cand.prov.search, cand, outcome);   // per stage result
+///
+///   auto state = specgen::load_journal("run.jsonl");      // after a kill
+///   if (!state) return fail(state.error().message);
+///   for (auto id : state->ids_with(specgen::candidate_status::pending)) requeue(state->candidates.at(id));
+/// @endcode
+#include <specgen/backend.hpp>
+#include <specgen/clock.hpp>
+#include <specgen/detail/config.hpp>
+#include <specgen/evaluator.hpp>
+#include <specgen/expected.hpp>
+#include <specgen/json.hpp>
+#include <specgen/types.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+
+/// The `"type"` of each record the engine writes; the writer and the reader
+/// both use these, so the two cannot drift apart.
+namespace journal_records {
+inline constexpr std::string_view run_start = "run_start";
+inline constexpr std::string_view search_start = "search_start";
+inline constexpr std::string_view round_start = "round_start";
+inline constexpr std::string_view round_end = "round_end";
+inline constexpr std::string_view candidate = "candidate";
+inline constexpr std::string_view extract_failed = "extract_failed";
+inline constexpr std::string_view evaluation = "evaluation";
+inline constexpr std::string_view cancelled = "cancelled";
+inline constexpr std::string_view search_end = "search_end";
+inline constexpr std::string_view run_end = "run_end";
+}  // namespace journal_records
+
+/// Whether a stage result ends a candidate's pipeline: any failure does, and
+/// so does a profile. Decides when a journaled candidate stops being pending.
+constexpr bool ends_pipeline(stage s, verdict_kind v) noexcept {
+  return v != verdict_kind::ok || s == stage::profile;
+}
+
+namespace detail {
+
+struct file_closer {
+  void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+};
+
+inline std::string library_version() {
+  return fmt::format("{}.{}.{}", SPECGEN_VERSION_MAJOR, SPECGEN_VERSION_MINOR, SPECGEN_VERSION_PATCH);
+}
+
+/// Model text may hold invalid UTF-8 (a multi-byte character cut by a
+/// stream); such bytes become U+FFFD rather than failing the run.
+inline std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// Bytes of `path` up to and including its last newline: the records that
+/// were written completely. What follows is a torn record.
+inline std::uintmax_t committed_size(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  std::streamoff end = in.tellg();
+  char block[4096];
+  while (end > 0) {
+    const std::streamoff begin = std::max<std::streamoff>(0, end - static_cast<std::streamoff>(sizeof block));
+    in.seekg(begin);
+    in.read(block, end - begin);
+    for (std::streamoff i = end - begin; i > 0; --i)
+      if (block[i - 1] == '\n') return static_cast<std::uintmax_t>(begin + i);
+    end = begin;
+  }
+  return 0;
+}
+
+/// A record that parses but contradicts the records before it.
+struct journal_inconsistency : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Calls `fn(line_number, record)` for every complete record of a journal, in
+/// order. An unterminated last line is torn (the run was killed while writing
+/// it): it is skipped and its line number returned. Any other line that is not
+/// a record, or that `fn` rejects, is an error naming the line.
+template <class Fn>
+expected<std::optional<std::size_t>, error> for_each_record(const std::filesystem::path& path, Fn&& fn) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return unexpected(error{fmt::format("cannot open journal {}: {}", path.string(),
+                                        std::error_code(errno, std::generic_category()).message())});
+  std::string line;
+  std::size_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    // getline stops at end of file without a newline only on the last line.
+    if (in.eof()) return std::optional<std::size_t>(number);
+    std::string what;
+    try {
+      auto record = nlohmann::json::parse(line);
+      if (!record.is_object()) throw journal_inconsistency("a record must be a JSON object");
+      if (!record.contains("type") || !record["type"].is_string())
+        throw journal_inconsistency("the record has no string \"type\"");
+      if (!record.contains("t_ns") || !record["t_ns"].is_number_integer())
+        throw journal_inconsistency("the record has no integral \"t_ns\"");
+      fn(number, record);
+      continue;
+    } catch (const nlohmann::json::exception& e) {
+      what = e.what();
+    } catch (const journal_inconsistency& e) {
+      what = e.what();
+    }
+    return unexpected(error{fmt::format(
+        "{}:{}: {}. The journal is damaged before its end, so resuming from it could lose or "
+        "invent work: restore it from a copy, or keep only the records before this line "
+        "(head -n {} {} > fixed.jsonl) and accept losing the ones after it",
+        path.string(), number, what, number - 1, path.string())});
+  }
+  if (in.bad()) return unexpected(error{fmt::format("cannot read journal {}", path.string())});
+  return std::optional<std::size_t>{};
+}
+
+}  // namespace detail
+
+/// Appends records to a journal file, one JSON object per line.
+///
+/// Each record is flushed to the operating system as soon as it is written:
+/// the point of the journal is that a run killed at any moment (SIGKILL, OOM,
+/// a lost session) leaves every record it wrote, plus at most one torn last
+/// line. `fflush` is enough for that; surviving power loss would need an
+/// `fsync` per record, which costs milliseconds, so it is not done.
+///
+/// Not thread-safe: the engine writes from its loop thread. A failed write
+/// throws `std::system_error` (a full disk, say): the journal's promise is
+/// broken and the run should stop, to be resumed once the cause is fixed.
+///
+/// Movable, not copyable: it owns the open file.
+///
+/// @code
+///   specgen::journal_writer j(dir / "run.jsonl", /*append=*/false);
+///   j.write_round_start(loop.now(), /*search=*/0, /*round=*/3);
+///   j.write("trigger_fired", loop.now(), {{"search", 0}, {"trigger", "fence"}});  // a custom record
+/// @endcode
+class journal_writer {
+ public:
+  /// Opens `path`, creating it if needed. With `append`, records go after the
+  /// existing ones and a torn last line left by a killed run is cut off
+  /// first (it would otherwise fuse with the next record into a corrupt
+  /// line); without, the file is emptied. Throws `std::system_error` when the
+  /// file cannot be opened.
+  explicit journal_writer(std::filesystem::path path, bool append) : path_(std::move(path)) {
+    if (append) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(path_, ec);
+      if (!ec && size > 0) {
+        const auto keep = detail::committed_size(path_);
+        if (keep < size) {
+          std::filesystem::resize_file(path_, keep);
+          dropped_torn_bytes_ = size - keep;
+        }
+      }
+    }
+    file_.reset(std::fopen(path_.c_str(), append ? "ab" : "wb"));
+    if (!file_) throw std::system_error(errno, std::generic_category(), "cannot open journal " + path_.string());
+  }
+
+  /// Writes one record: `type`, the time `t`, then the members of `body` (an
+  /// object, or null for none). `body` must not use the keys `type`, `t_ns`
+  /// or `t` (std::invalid_argument: a programming error).
+  void write(std::string_view type, timestamp t, const nlohmann::json& body = nullptr) {
+    std::string line = fmt::format(R"({{"type":{},"t_ns":{},"t":{})", detail::dump_json(type), t.count(),
+                                   detail::dump_json(to_seconds(t)));
+    if (!body.is_null()) {
+      if (!body.is_object()) throw std::invalid_argument("journal record body must be a JSON object");
+      for (const auto& [key, value] : body.items()) {
+        if (key == "type" || key == "t_ns" || key == "t")
+          throw std::invalid_argument(fmt::format("journal record body may not set the reserved key \"{}\"", key));
+        line += ',';
+        line += detail::dump_json(key);
+        line += ':';
+        line += detail::dump_json(value);
+      }
+    }
+    line += "}\n";
+    // One fwrite per record, so a kill leaves at most this record torn.
+    if (std::fwrite(line.data(), 1, line.size(), file_.get()) != line.size() || std::fflush(file_.get()) != 0)
+      throw std::system_error(errno, std::generic_category(), "cannot write journal " + path_.string());
+    ++records_;
+  }
+
+  /// A run (or a resumed run) begins; `config` is whatever reproduces it.
+  void write_run_start(timestamp t, std::uint64_t seed, const nlohmann::json& config) {
+    write(journal_records::run_start, t,
+          {{"seed", seed}, {"config", config}, {"version", detail::library_version()}});
+  }
+  void write_search_start(timestamp t, int search, std::string_view task) {
+    write(journal_records::search_start, t, {{"search", search}, {"task", task}});
+  }
+  void write_round_start(timestamp t, int search, int round) {
+    write(journal_records::round_start, t, {{"search", search}, {"round", round}});
+  }
+  /// `reason`: why the round ended ("answer", "terminated", ...);
+  /// `generated_tokens`: the search's total so far, so a resumed run keeps
+  /// its token budget.
+  void write_round_end(timestamp t, int search, int round, std::string_view reason,
+                       std::uint64_t generated_tokens) {
+    write(journal_records::round_end, t,
+          {{"search", search}, {"round", round}, {"reason", reason}, {"generated_tokens", generated_tokens}});
+  }
+  /// Written when a candidate is extracted, before any of its stage results.
+  void write_candidate(timestamp t, const candidate& c) {
+    write(journal_records::candidate, t, {{"candidate", c}});
+  }
+  /// Model output from which no candidate could be extracted.
+  void write_extract_failed(timestamp t, const provenance& where, std::string_view message) {
+    write(journal_records::extract_failed, t,
+          {{"search", where.search},
+           {"round", where.round},
+           {"lane", where.lane},
+           {"origin", where.from},
+           {"trigger", where.trigger},
+           {"prefix_tokens", where.prefix_tokens},
+           {"sample", where.sample},
+           {"message", message}});
+  }
+  /// One stage result (compile, validate or profile) of candidate `c`, as
+  /// the evaluator reported it. A cancelled outcome is not a result: use
+  /// `write_cancelled` (std::invalid_argument otherwise).
+  void write_stage(timestamp t, int search, const candidate& c, const eval_outcome& o) {
+    if (o.cancelled)
+      throw std::invalid_argument(
+          fmt::format("journal: the cancelled {} job of candidate {} is not a stage result; use write_cancelled",
+                      to_string(o.kind), c.id));
+    nlohmann::json body{{"search", search},
+                        {"candidate", c.id},
+                        {"stage", o.kind},
+                        {"result", o.result},
+                        {"busy_ns", o.busy.count()}};
+    if (o.kind == stage::compile) body["compile"] = o.compile;
+    if (o.timing) body["timing"] = *o.timing;
+    write(journal_records::evaluation, t, body);
+  }
+  /// Candidate `c` was answered with the earlier evaluation `e` of an
+  /// identical kernel instead of being evaluated.
+  void write_reused(timestamp t, int search, const candidate& c, const evaluation& e) {
+    write(journal_records::evaluation, t,
+          {{"search", search}, {"candidate", c.id}, {"reused", true}, {"evaluation", e}});
+  }
+  /// A queued or running job of candidate `id` was dropped at stage `s`.
+  void write_cancelled(timestamp t, int search, candidate_id id, stage s, std::string_view why) {
+    write(journal_records::cancelled, t, {{"search", search}, {"candidate", id}, {"stage", s}, {"why", why}});
+  }
+  /// `best`: the id of the fastest correct kernel (0 when none).
+  void write_search_end(timestamp t, int search, std::string_view reason, double best_speedup, candidate_id best,
+                        int rounds) {
+    write(journal_records::search_end, t,
+          {{"search", search},
+           {"reason", reason},
+           {"best_speedup", detail::number(best_speedup)},
+           {"best", best},
+           {"rounds", rounds}});
+  }
+  /// `summary` (an object) becomes the record's fields.
+  void write_run_end(timestamp t, const nlohmann::json& summary = nlohmann::json::object()) {
+    write(journal_records::run_end, t, summary);
+  }
+
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// Records written by this writer.
+  [[nodiscard]] std::uint64_t records() const noexcept { return records_; }
+  /// Bytes of a torn last line cut off when opening in append mode.
+  [[nodiscard]] std::uintmax_t dropped_torn_bytes() const noexcept { return dropped_torn_bytes_; }
+
+ private:
+  std::filesystem::path path_;
+  std::unique_ptr<std::FILE, detail::file_closer> file_;
+  std::uint64_t records_ = 0;
+  std::uintmax_t dropped_torn_bytes_ = 0;
+};
+
+// ---- reading ---------------------------------------------------------------------
+
+enum class candidate_status : std::uint8_t {
+  pending,    ///< no stage result has ended its pipeline yet: re-queue it on resume
+  evaluated,  ///< a stage result ended its pipeline (see `ends_pipeline`), or it was reused
+  cancelled,  ///< dropped (stale at a round's end, ...) and not evaluated since
+};
+
+/// A candidate as the journal knows it.
+struct journaled_candidate {
+  candidate cand{};
+  candidate_status status = candidate_status::pending;
+  std::optional<stage> last_stage{};  ///< the latest stage with a result (none when reused)
+  /// Everything known after `last_stage`: the compile report, the latest
+  /// verdict, the timing. Final when `status` is `evaluated`.
+  std::optional<evaluation> result{};
+  bool reused = false;                ///< answered from an identical kernel's evaluation
+  std::string cancel_reason{};        ///< `why` of the latest cancel
+};
+
+/// One profiled, correct kernel of a search, in journal order.
+struct profiled_speedup {
+  candidate_id id = 0;
+  int round = 0;
+  double speedup = 0;
+  friend bool operator==(const profiled_speedup&, const profiled_speedup&) = default;
+};
+
+/// What the journal says about one search.
+struct journaled_search {
+  std::string task{};
+  int last_round_started = -1;          ///< -1: none
+  int rounds_completed = 0;             ///< 1 + the last round that ended (rounds are 0-based)
+  std::uint64_t generated_tokens = 0;   ///< at the last round end
+  std::vector<profiled_speedup> history{};  ///< reused evaluations excluded: a kernel counts once
+  int extract_failures = 0;
+  bool ended = false;
+  std::string end_reason{};
+
+  /// The fastest profiled kernel, if any.
+  [[nodiscard]] std::optional<profiled_speedup> best() const {
+    std::optional<profiled_speedup> out;
+    for (const auto& h : history)
+      if (!out || h.speedup > out->speedup) out = h;
+    return out;
+  }
+  /// True when a round started but did not end: the run died inside it.
+  [[nodiscard]] bool round_in_flight() const noexcept { return last_round_started >= rounds_completed; }
+};
+
+/// Everything a resumed run needs from a journal (see docs/journal.md).
+struct journal_state {
+  int run_starts = 0;              ///< 1 for a run never resumed
+  std::uint64_t seed = 0;          ///< of the latest run_start
+  nlohmann::json config{};         ///< of the latest run_start
+  std::string version{};           ///< library version of the latest run_start
+  bool run_ended = false;
+  nlohmann::json run_summary{};    ///< run_end's fields
+  std::map<candidate_id, journaled_candidate> candidates{};
+  /// Final evaluations by `candidate::content_hash()`: an identical kernel is
+  /// answered from here instead of being evaluated again.
+  std::map<std::uint64_t, evaluation> evaluations_by_hash{};
+  std::map<int, journaled_search> searches{};
+  candidate_id next_candidate_id = 1;  ///< one past the largest id (ids start at 1)
+  timestamp last_t{0};                 ///< latest record time
+  std::uint64_t records = 0;           ///< complete records read
+  std::optional<std::size_t> torn_line{};  ///< line number of an ignored torn last line
+
+  /// Ids of the candidates with `status`, ascending.
+  [[nodiscard]] std::vector<candidate_id> ids_with(candidate_status status) const {
+    std::vector<candidate_id> out;
+    for (const auto& [id, c] : candidates)
+      if (c.status == status) out.push_back(id);
+    return out;
+  }
+  /// The final evaluation of a kernel with the same source and plan, if any.
+  /// Its `id` is that of the candidate that was evaluated.
+  [[nodiscard]] const evaluation* find_evaluation(const candidate& c) const {
+    auto it = evaluations_by_hash.find(c.content_hash());
+    return it == evaluations_by_hash.end() ? nullptr : &it->second;
+  }
+};
+
+namespace detail {
+
+inline journaled_candidate& known_candidate(journal_state& s, const nlohmann::json& r) {
+  const auto id = r.at("candidate").get<candidate_id>();
+  auto it = s.candidates.find(id);
+  if (it == s.candidates.end())
+    throw journal_inconsistency(fmt::format("{} record for candidate {}, which no earlier candidate record introduces",
+                                            r.at("type").get<std::string>(), id));
+  return it->second;
+}
+
+/// Folds a stage result into what is known of its candidate.
+inline void apply_stage_result(journal_state& s, journaled_candidate& jc, const nlohmann::json& r) {
+  const auto st = r.at("stage").get<stage>();
+  evaluation ev = jc.result.value_or(evaluation{});
+  ev.id = jc.cand.id;
+  ev.result = r.at("result").get<verdict>();
+  if (st == stage::compile) ev.compile = r.value("compile", compile_report{});
+  detail::read(r, "timing", ev.timing);
+  const bool final_result = ends_pipeline(st, ev.result.kind);
+  jc.status = final_result ? candidate_status::evaluated : candidate_status::pending;
+  jc.last_stage = st;
+  if (final_result) s.evaluations_by_hash[jc.cand.content_hash()] = ev;
+  if (st == stage::profile && ev.result.kind == verdict_kind::ok && ev.timing)
+    s.searches[r.at("search").get<int>()].history.push_back({jc.cand.id, jc.cand.prov.round, ev.timing->speedup});
+  jc.result = std::move(ev);
+}
+
+/// Folds one record into the state. Unknown record types are skipped, so the
+/// engine may journal more (forks, terminations) than resuming needs.
+inline void apply_record(journal_state& s, const nlohmann::json& r) {
+  namespace rec = journal_records;
+  const auto type = r.at("type").get<std::string>();
+  s.last_t = std::max(s.last_t, timestamp(r.at("t_ns").get<std::int64_t>()));
+  ++s.records;
+  if (type == rec::run_start) {
+    ++s.run_starts;
+    s.seed = r.at("seed").get<std::uint64_t>();
+    s.config = r.value("config", nlohmann::json{});
+    s.version = r.value("version", std::string{});
+    s.run_ended = false;
+  } else if (type == rec::search_start) {
+    s.searches[r.at("search").get<int>()].task = r.at("task").get<std::string>();
+  } else if (type == rec::round_start) {
+    auto& search = s.searches[r.at("search").get<int>()];
+    search.last_round_started = std::max(search.last_round_started, r.at("round").get<int>());
+  } else if (type == rec::round_end) {
+    auto& search = s.searches[r.at("search").get<int>()];
+    search.rounds_completed = std::max(search.rounds_completed, r.at("round").get<int>() + 1);
+    search.generated_tokens = r.value("generated_tokens", search.generated_tokens);
+  } else if (type == rec::candidate) {
+    auto c = r.at("candidate").get<candidate>();
+    auto [it, fresh] = s.candidates.try_emplace(c.id, journaled_candidate{.cand = c});
+    // A resumed run may journal a pending candidate again; only a different
+    // kernel under the same id is a contradiction.
+    if (!fresh && it->second.cand.content_hash() != c.content_hash())
+      throw journal_inconsistency(fmt::format("candidate {} recorded twice with different source or plan", c.id));
+    s.next_candidate_id = std::max(s.next_candidate_id, c.id + 1);
+  } else if (type == rec::extract_failed) {
+    ++s.searches[r.at("search").get<int>()].extract_failures;
+  } else if (type == rec::evaluation) {
+    auto& jc = known_candidate(s, r);
+    if (r.value("reused", false)) {
+      auto ev = r.at("evaluation").get<evaluation>();
+      ev.id = jc.cand.id;
+      s.evaluations_by_hash.try_emplace(jc.cand.content_hash(), ev);
+      jc.status = candidate_status::evaluated;
+      jc.reused = true;
+      jc.result = std::move(ev);
+    } else {
+      apply_stage_result(s, jc, r);
+    }
+  } else if (type == rec::cancelled) {
+    auto& jc = known_candidate(s, r);
+    jc.status = candidate_status::cancelled;
+    jc.cancel_reason = r.value("why", std::string{});
+  } else if (type == rec::search_end) {
+    auto& search = s.searches[r.at("search").get<int>()];
+    search.ended = true;
+    search.end_reason = r.value("reason", std::string{});
+    search.rounds_completed = std::max(search.rounds_completed, r.value("rounds", 0));
+  } else if (type == rec::run_end) {
+    s.run_ended = true;
+    s.run_summary = r;
+    for (const char* key : {"type", "t_ns", "t"}) s.run_summary.erase(key);
+  }
+}
+
+}  // namespace detail
+
+/// Reads a journal into the state a resumed run starts from.
+///
+/// A torn last line (no newline: the run was killed while writing it) is
+/// ignored and reported in `torn_line`. Anything else that is not a record,
+/// or a record that contradicts earlier ones (an evaluation of a candidate
+/// never recorded, say), is an error naming the file and line.
+///
+/// @code
+///   auto state = specgen::load_journal("run.jsonl");
+///   if (!state) { std::cerr << state.error().message << '\n'; return 1; }
+///   if (state->torn_line) log("ignored a torn record at line {}", *state->torn_line);
+/// @endcode
+inline expected<journal_state, error> load_journal(const std::filesystem::path& path) {
+  journal_state state;
+  auto read = detail::for_each_record(path, [&](std::size_t, const nlohmann::json& r) { detail::apply_record(state, r); });
+  if (!read) return unexpected(read.error());
+  state.torn_line = *read;
+  return state;
+}
+
+/// True when two journals hold the same records once the times (`t_ns`, `t`)
+/// are set aside; torn last lines are ignored. For determinism checks of runs
+/// on a real clock; in virtual time the same seed gives byte-identical
+/// journals, so comparing the files is enough.
+inline expected<bool, error> journals_equal_ignoring_time(const std::filesystem::path& a,
+                                                          const std::filesystem::path& b) {
+  auto records_of = [](const std::filesystem::path& p) -> expected<std::vector<nlohmann::json>, error> {
+    std::vector<nlohmann::json> out;
+    auto read = detail::for_each_record(p, [&](std::size_t, nlohmann::json r) {
+      r.erase("t_ns");
+      r.erase("t");
+      out.push_back(std::move(r));
+    });
+    if (!read) return unexpected(read.error());
+    return out;
+  };
+  auto ra = records_of(a);
+  if (!ra) return unexpected(ra.error());
+  auto rb = records_of(b);
+  if (!rb) return unexpected(rb.error());
+  return *ra == *rb;
+}
+
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,189 @@
+#pragma once
+/// The named configurations of the engine: the paper's baselines, SpecGen on
+/// top of each, and every step of the ablation ladder. They are values of
+/// `engine_config`, never separate code paths.
+///
+/// | mode               | strategy  | trigger  | termination | pool            | KV         |
+/// |--------------------|-----------|----------|-------------|-----------------|------------|
+/// | sequential         | refine    | never    | -           | static, FIFO    | none       |
+/// | parallel           | parallel  | never    | -           | static, FIFO    | none       |
+/// | evolve             | evolve    | never    | -           | static, FIFO    | none       |
+/// | +spec              | refine    | default  | beats mean  | static, FIFO    | none       |
+/// | +elastic           | refine    | default  | beats mean  | elastic, FIFO   | none       |
+/// | +priority          | refine    | default  | beats mean  | elastic, LIFO   | none       |
+/// | +kv = specgen      | refine    | default  | beats mean  | elastic, LIFO   | remote GPU |
+/// | parallel+specgen   | parallel  | default  | beats mean  | elastic, LIFO   | remote GPU |
+/// | evolve+specgen     | evolve    | default  | beats mean  | elastic, LIFO   | remote GPU |
+///
+/// @code
+///   auto cfg = specgen::mode_config("specgen");          // expected<engine_config, error>
+///   auto cfg2 = specgen::config_from_json(nlohmann::json::parse(
+///       R"({"mode": "sequential", "seed": 7, "budget": {"max_rounds": 20}})"));
+/// @endcode
+#include <specgen/detail/config.hpp>
+#include <specgen/engine.hpp>
+#include <specgen/expected.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <string>
+#include <string_view>
+
+SPECGEN_BEGIN_NAMESPACE
+
+inline constexpr std::array<std::string_view, 10> mode_names{
+    "sequential", "parallel", "evolve", "specgen", "parallel+specgen", "evolve+specgen",
+    "+spec",      "+elastic", "+priority", "+kv"};
+
+/// Knobs shared by the modes (the same in every mode of one comparison).
+struct mode_options {
+  int parallel_seeds = 4;               ///< lanes of `parallel` modes
+  int evolve_lanes = 4;                 ///< children per round of `evolve` modes
+  int population = 8;
+  double static_validation_fraction = 0.5;
+  friend bool operator==(const mode_options&, const mode_options&) = default;
+};
+
+/// The engine configuration of a named mode (see the table above).
+inline expected<engine_config, error> mode_config(std::string_view mode, const mode_options& o = {}) {
+  engine_config c;
+  const bool spec = mode == "specgen" || mode.ends_with("+specgen") || mode.starts_with("+");
+  const int rung = mode == "+spec" ? 1 : mode == "+elastic" ? 2 : mode == "+priority" ? 3 : spec ? 4 : 0;
+
+  if (mode == "sequential" || mode == "specgen" || mode.starts_with("+")) c.strategy = refine_best{};
+  else if (mode.starts_with("parallel")) c.strategy = parallel_seeds{{.seeds = o.parallel_seeds, .prompt = {}}};
+  else if (mode.starts_with("evolve"))
+    c.strategy = evolve{{.lanes = o.evolve_lanes, .population = o.population, .tournament = 3, .inspirations = 1, .prompt = {}}};
+  else
+    return unexpected(error{fmt::format("unknown mode '{}' (known: sequential, parallel, evolve, specgen, "
+                                        "parallel+specgen, evolve+specgen, +spec, +elastic, +priority, +kv)",
+                                        mode)});
+  if (mode != "sequential" && mode != "parallel" && mode != "evolve" && !spec)
+    return unexpected(error{fmt::format("unknown mode '{}'", mode)});
+
+  c.pool = static_split{.validation_fraction = o.static_validation_fraction, .validation = queue_order::fifo};
+  if (spec) {
+    c.trigger = default_trigger();
+    c.termination = default_termination();
+  }
+  if (rung >= 2) c.pool = elastic{.min_validation = 1, .min_profiling = 1, .validation = queue_order::fifo, .interval = seconds(5)};
+  if (rung >= 3) c.pool = elastic{.min_validation = 1, .min_profiling = 1, .validation = queue_order::lifo, .interval = seconds(5)};
+  if (rung >= 4) c.kv = remote_gpu_kv{};
+  return c;
+}
+
+namespace detail {
+inline expected<void, error> check_known_keys(const nlohmann::json& j, std::string_view where,
+                                              std::initializer_list<std::string_view> known) {
+  for (const auto& [k, _] : j.items())
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string list;
+      for (auto n : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
+      return unexpected(error{fmt::format("{}: unknown key '{}' (known: {})", where, k, list)});
+    }
+  return {};
+}
+}  // namespace detail
+
+/// Read a search budget: `{"max_rounds": 100, "max_seconds": 0, "max_tokens": 0,
+/// "target_speedup": 1.5, "stop_at_target": false}`.
+inline expected<search_budget, error> budget_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return unexpected(error{"budget: expected an object"});
+  if (auto r = detail::check_known_keys(j, "budget", {"max_rounds", "max_seconds", "max_tokens", "target_speedup", "stop_at_target"}); !r)
+    return unexpected(r.error());
+  search_budget b;
+  try {
+    b.max_rounds = j.value("max_rounds", b.max_rounds);
+    b.max_seconds = j.value("max_seconds", b.max_seconds);
+    b.max_tokens = j.value("max_tokens", b.max_tokens);
+    b.target_speedup = j.value("target_speedup", b.target_speedup);
+    b.stop_at_target = j.value("stop_at_target", b.stop_at_target);
+  } catch (const nlohmann::json::exception& e) {
+    return unexpected(error{fmt::format("budget: {}", e.what())});
+  }
+  if (b.max_rounds < 1) return unexpected(error{"budget: max_rounds must be >= 1"});
+  if (b.max_seconds < 0 || b.target_speedup < 0) return unexpected(error{"budget: limits must be >= 0"});
+  return b;
+}
+
+/// An engine configuration from JSON: a `mode` to start from (default
+/// "specgen"), then any of `seed`, `strategy`, `trigger`, `termination`,
+/// `pool`, `kv`, `budget`, `max_streams`, `cancel_running_at_round_end`
+/// overriding it. Every error names the key.
+inline expected<engine_config, error> config_from_json(const nlohmann::json& j, const mode_options& o = {}) {
+  if (!j.is_object()) return unexpected(error{"config: expected a JSON object"});
+  if (auto r = detail::check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv",
+                                                      "budget", "max_streams", "cancel_running_at_round_end"});
+      !r)
+    return unexpected(r.error());
+  auto base = mode_config(j.contains("mode") && j["mode"].is_string() ? j["mode"].get<std::string>() : "specgen", o);
+  if (!base) return unexpected(error{"config: mode: " + base.error().message});
+  engine_config c = std::move(*base);
+  auto fail = [](std::string_view key, const error& e) { return unexpected(error{fmt::format("config: {}: {}", key, e.message)}); };
+  if (j.contains("seed")) {
+    if (!j["seed"].is_number_unsigned()) return fail("seed", {"expected a non-negative integer"});
+    c.seed = j["seed"].get<std::uint64_t>();
+  }
+  if (j.contains("strategy")) {
+    auto s = make_strategy(j["strategy"]);
+    if (!s) return fail("strategy", s.error());
+    c.strategy = std::move(*s);
+  }
+  if (j.contains("trigger")) {
+    auto t = make_trigger(j["trigger"]);
+    if (!t) return fail("trigger", t.error());
+    c.trigger = std::move(*t);
+  }
+  if (j.contains("termination")) {
+    auto t = make_termination(j["termination"]);
+    if (!t) return fail("termination", t.error());
+    c.termination = std::move(*t);
+  }
+  if (j.contains("pool")) {
+    auto p = make_pool(j["pool"]);
+    if (!p) return fail("pool", p.error());
+    c.pool = std::move(*p);
+  }
+  if (j.contains("kv")) {
+    auto k = make_kv(j["kv"]);
+    if (!k) return fail("kv", k.error());
+    c.kv = std::move(*k);
+  }
+  if (j.contains("budget")) {
+    auto b = budget_from_json(j["budget"]);
+    if (!b) return fail("budget", b.error());
+    c.budget = *b;
+  }
+  if (j.contains("max_streams")) {
+    if (!j["max_streams"].is_number_integer() || j["max_streams"].get<int>() < 0)
+      return fail("max_streams", {"expected an integer >= 0"});
+    c.max_streams = j["max_streams"].get<int>();
+  }
+  if (j.contains("cancel_running_at_round_end")) {
+    if (!j["cancel_running_at_round_end"].is_boolean()) return fail("cancel_running_at_round_end", {"expected true or false"});
+    c.cancel_running_at_round_end = j["cancel_running_at_round_end"].get<bool>();
+  }
+  return c;
+}
+
+/// The configuration as JSON (what `config_from_json` reads back).
+inline nlohmann::json to_json(const engine_config& c) {
+  return {{"seed", c.seed},
+          {"strategy", c.strategy.to_json()},
+          {"trigger", c.trigger.config()},
+          {"termination", c.termination.config()},
+          {"pool", c.pool.params()},
+          {"kv", c.kv.config()},
+          {"budget",
+           {{"max_rounds", c.budget.max_rounds},
+            {"max_seconds", c.budget.max_seconds},
+            {"max_tokens", c.budget.max_tokens},
+            {"target_speedup", c.budget.target_speedup},
+            {"stop_at_target", c.budget.stop_at_target}}},
+          {"max_streams", c.max_streams},
+          {"cancel_running_at_round_end", c.cancel_running_at_round_end}};
+}
+
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,369 @@
+#pragma once
+/// Pool-allocation policies: how the evaluation devices are split between
+/// validation and profiling, and in which order validation is served.
+///
+/// The device scheduler (scheduler.hpp) asks its policy once per epoch how many
+/// of its devices validate; the rest profile. The paper's elastic scheduler
+/// (PAPER.md, mechanism 4) splits in proportion to the previous epoch's peak
+/// queue lengths and serves validation latest-arrival-first. Split and order are
+/// independent knobs, so the ablation ladder is three configurations:
+///
+/// @code
+///   specgen::any_pool spec     = specgen::static_split{};                                 // +spec
+///   specgen::any_pool elastic  = specgen::elastic{.validation = specgen::queue_order::fifo};  // +elastic
+///   specgen::any_pool priority = specgen::elastic{};                                      // +priority
+///   auto from_config = specgen::make_pool(nlohmann::json::parse(R"({"elastic":{"interval_s":2}})"));
+/// @endcode
+///
+/// The profiling queue is always FIFO (the paper's choice; a profile has no
+/// reason to overtake an older one).
+#include <specgen/clock.hpp>
+#include <specgen/detail/config.hpp>
+#include <specgen/expected.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+
+SPECGEN_BEGIN_NAMESPACE
+
+/// Service order of a queue. `lifo` serves the latest arrival first.
+enum class queue_order : std::uint8_t { fifo, lifo };
+
+inline constexpr std::array<std::string_view, 2> queue_order_names{"fifo", "lifo"};
+
+constexpr std::string_view to_string(queue_order o) noexcept {
+  return queue_order_names[static_cast<std::size_t>(o)];
+}
+constexpr std::optional<queue_order> parse_queue_order(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < queue_order_names.size(); ++i)
+    if (queue_order_names[i] == s) return static_cast<queue_order>(i);
+  return std::nullopt;
+}
+
+/// The longest validation and profiling queues seen during the last epoch
+/// (jobs waiting for a device, not jobs running).
+struct queue_peaks {
+  std::size_t validation = 0;
+  std::size_t profiling = 0;
+  friend bool operator==(const queue_peaks&, const queue_peaks&) = default;
+};
+
+/// A pool policy. `validation_devices` must be a pure function of its
+/// arguments; the scheduler clamps its answer to [0, devices].
+template <class P>
+concept pool_policy = requires(const P& p, const queue_peaks& q, int devices) {
+  { p.validation_devices(q, devices) } -> std::same_as<int>;
+  { p.validation_order() } -> std::same_as<queue_order>;
+  { p.rebalance_interval() } -> std::same_as<duration>;  ///< epoch length; 0 = never rebalance
+  { p.name() } -> std::convertible_to<std::string>;
+};
+
+namespace detail {
+/// `n * num / den` rounded to nearest (halves up), exact in integers.
+constexpr int round_share(int n, std::size_t num, std::size_t den) noexcept {
+  const auto nn = static_cast<std::uint64_t>(n);
+  return static_cast<int>((2 * nn * num + den) / (2 * den));
+}
+}  // namespace detail
+
+/// A fixed split, decided once: the baselines' statically partitioned pools.
+///
+/// @code
+///   specgen::static_split s{.validation_fraction = 0.25};
+///   s.validation_devices({}, 8);  // 2
+/// @endcode
+struct static_split {
+  double validation_fraction = 0.5;               ///< share of devices that validate, in [0, 1]
+  queue_order validation = queue_order::fifo;     ///< baselines serve in arrival order
+
+  [[nodiscard]] int validation_devices(const queue_peaks&, int devices) const noexcept {
+    if (devices <= 0) return 0;
+    const double f = std::clamp(validation_fraction, 0.0, 1.0);
+    const auto v = static_cast<int>(f * devices + 0.5);
+    return std::clamp(v, 0, devices);
+  }
+  [[nodiscard]] queue_order validation_order() const noexcept { return validation; }
+  [[nodiscard]] duration rebalance_interval() const noexcept { return duration{0}; }
+  [[nodiscard]] std::string name() const { return "static_split"; }
+  friend bool operator==(const static_split&, const static_split&) = default;
+};
+
+/// The paper's elastic split: each epoch, devices are divided in proportion to
+/// the previous epoch's peak queue lengths (rounded to nearest), evenly when
+/// both queues stayed empty (an odd device goes to validation).
+///
+/// Floors: at least `min_validation` devices validate (the paper always keeps
+/// validation capacity); then, if devices remain, at least `min_profiling`
+/// profile. The paper gives no profiling floor; the default of 1 is this
+/// project's choice, because profiling results are the feedback the search
+/// exists for, and without a floor a profiling request arriving after a
+/// validation-only epoch would wait a whole epoch for a device. With a single
+/// device, validation wins and the scheduler lets that device serve profiling
+/// too (see device_scheduler).
+///
+/// @code
+///   specgen::elastic e;                                  // min 1 + 1, LIFO, 5 s epochs
+///   e.validation_devices({.validation = 6, .profiling = 2}, 8);  // 6
+///   e.validation_devices({}, 8);                                 // 4 (both empty: even)
+/// @endcode
+struct elastic {
+  int min_validation = 1;
+  int min_profiling = 1;
+  queue_order validation = queue_order::lifo;  ///< newer candidates come from longer prefixes and pass more often
+  /// Epoch length; 0 (or less) = never rebalance. The paper rebalances "each
+  /// round" and gives no length; this project reads that as a fixed scheduler
+  /// epoch, 5 s by default: forks arrive seconds apart while a search round lasts minutes.
+  duration interval = seconds(5);
+
+  [[nodiscard]] int validation_devices(const queue_peaks& q, int devices) const noexcept {
+    if (devices <= 0) return 0;
+    const std::size_t total = q.validation + q.profiling;
+    const int proportional =
+        total == 0 ? (devices + 1) / 2 : detail::round_share(devices, q.validation, total);
+    const int lo = std::clamp(min_validation, 0, devices);
+    const int hi = std::max(lo, devices - std::clamp(min_profiling, 0, devices));
+    return std::clamp(proportional, lo, hi);
+  }
+  [[nodiscard]] queue_order validation_order() const noexcept { return validation; }
+  [[nodiscard]] duration rebalance_interval() const noexcept { return interval; }
+  [[nodiscard]] std::string name() const { return "elastic"; }
+  friend bool operator==(const elastic&, const elastic&) = default;
+};
+
+static_assert(pool_policy<static_split>);
+static_assert(pool_policy<elastic>);
+
+// ---- JSON ---------------------------------------------------------------------
+
+inline void to_json(nlohmann::json& j, queue_order o) { j = std::string(to_string(o)); }
+
+inline void to_json(nlohmann::json& j, const static_split& p) {
+  j = {{"validation_fraction", p.validation_fraction}, {"validation", p.validation}};
+}
+
+inline void to_json(nlohmann::json& j, const elastic& p) {
+  j = {{"min_validation", p.min_validation},
+       {"min_profiling", p.min_profiling},
+       {"validation", p.validation},
+       {"interval_s", to_seconds(p.interval)}};
+}
+
+namespace detail {
+
+/// Reads the params object of one pool policy, rejecting unknown keys (typos
+/// would otherwise silently fall back to defaults).
+class pool_params_reader {
+ public:
+  pool_params_reader(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
+
+  [[nodiscard]] expected<void> check_keys(std::initializer_list<std::string_view> allowed) const {
+    if (!j_.is_object()) return unexpected(error{where_ + ": expected an object of parameters"});
+    for (const auto& [key, value] : j_.items()) {
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      std::string list;
+      for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+      return unexpected(error{where_ + ": unknown key \"" + key + "\"; allowed: " + list});
+    }
+    return {};
+  }
+
+  [[nodiscard]] expected<void> number(const char* key, double& out, double lo, double hi) const {
+    if (!j_.contains(key)) return {};
+    const auto& v = j_.at(key);
+    if (!v.is_number() || v.get<double>() < lo || v.get<double>() > hi)
+      return unexpected(error{where_ + "." + key + ": must be a number in [" + fmt_num(lo) + ", " +
+                              fmt_num(hi) + "], got " + v.dump()});
+    out = v.get<double>();
+    return {};
+  }
+
+  [[nodiscard]] expected<void> integer(const char* key, int& out, int lo) const {
+    if (!j_.contains(key)) return {};
+    const auto& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > 1'000'000)
+      return unexpected(
+          error{where_ + "." + key + ": must be an integer >= " + std::to_string(lo) + ", got " + v.dump()});
+    out = v.get<int>();
+    return {};
+  }
+
+  [[nodiscard]] expected<void> order(const char* key, queue_order& out) const {
+    if (!j_.contains(key)) return {};
+    const auto& v = j_.at(key);
+    const auto o = v.is_string() ? parse_queue_order(v.get<std::string>()) : std::nullopt;
+    if (!o) return unexpected(error{where_ + "." + key + ": must be \"fifo\" or \"lifo\", got " + v.dump()});
+    out = *o;
+    return {};
+  }
+
+ private:
+  static std::string fmt_num(double x) { return fmt::format("{}", x); }
+  const nlohmann::json& j_;
+  std::string where_;
+};
+
+inline expected<static_split> parse_static_split(const nlohmann::json& j, const std::string& where) {
+  static_split p;
+  const pool_params_reader r(j, where);
+  for (auto step : {r.check_keys({"validation_fraction", "validation"}),
+                    r.number("validation_fraction", p.validation_fraction, 0.0, 1.0),
+                    r.order("validation", p.validation)})
+    if (!step) return unexpected(step.error());
+  return p;
+}
+
+inline expected<elastic> parse_elastic(const nlohmann::json& j, const std::string& where) {
+  elastic p;
+  double interval_s = to_seconds(p.interval);
+  const pool_params_reader r(j, where);
+  for (auto step : {r.check_keys({"min_validation", "min_profiling", "validation", "interval_s"}),
+                    r.integer("min_validation", p.min_validation, 0),
+                    r.integer("min_profiling", p.min_profiling, 0),
+                    r.order("validation", p.validation),
+                    r.number("interval_s", interval_s, 0.0, 1e6)})
+    if (!step) return unexpected(step.error());
+  p.interval = seconds(interval_s);
+  return p;
+}
+
+/// Throws for nlohmann's `get<T>()` protocol, with the same message make_pool gives.
+template <class T>
+void assign_or_throw(expected<T> r, T& out) {
+  if (!r) throw std::invalid_argument(r.error().message);
+  out = std::move(*r);
+}
+
+}  // namespace detail
+
+inline void from_json(const nlohmann::json& j, queue_order& o) {
+  const auto parsed = j.is_string() ? parse_queue_order(j.get<std::string>()) : std::nullopt;
+  if (!parsed) throw std::invalid_argument("queue order must be \"fifo\" or \"lifo\", got " + j.dump());
+  o = *parsed;
+}
+inline void from_json(const nlohmann::json& j, static_split& p) {
+  detail::assign_or_throw(detail::parse_static_split(j, "static_split"), p);
+}
+inline void from_json(const nlohmann::json& j, elastic& p) {
+  detail::assign_or_throw(detail::parse_elastic(j, "elastic"), p);
+}
+
+// ---- type erasure ---------------------------------------------------------------
+
+namespace detail {
+struct pool_model_base {
+  virtual ~pool_model_base() = default;
+  [[nodiscard]] virtual int validation_devices(const queue_peaks& q, int devices) const = 0;
+  [[nodiscard]] virtual queue_order validation_order() const = 0;
+  [[nodiscard]] virtual duration rebalance_interval() const = 0;
+  [[nodiscard]] virtual std::string name() const = 0;
+  [[nodiscard]] virtual nlohmann::json params() const = 0;
+  [[nodiscard]] virtual const void* target(const std::type_info& t) const noexcept = 0;
+};
+
+template <class P>
+struct pool_model final : pool_model_base {
+  explicit pool_model(P p) : policy(std::move(p)) {}
+  int validation_devices(const queue_peaks& q, int devices) const override {
+    return policy.validation_devices(q, devices);
+  }
+  queue_order validation_order() const override { return policy.validation_order(); }
+  duration rebalance_interval() const override { return policy.rebalance_interval(); }
+  std::string name() const override { return std::string(policy.name()); }
+  nlohmann::json params() const override {
+    if constexpr (requires { nlohmann::json(policy); }) return nlohmann::json(policy);
+    else return nlohmann::json::object();  // a user policy without to_json: its name still identifies it
+  }
+  const void* target(const std::type_info& t) const noexcept override {
+    return t == typeid(P) ? &policy : nullptr;
+  }
+  P policy;
+};
+}  // namespace detail
+
+/// Any pool policy, chosen at run time (from a CLI flag or a JSON config).
+/// Copies share the immutable policy. Defaults to the paper's `elastic{}`.
+///
+/// @code
+///   specgen::any_pool p = specgen::static_split{.validation_fraction = 0.75};
+///   p.name();                          // "static_split"
+///   p.target<specgen::static_split>(); // the params, or nullptr for another type
+/// @endcode
+class any_pool {
+ public:
+  any_pool() : any_pool(elastic{}) {}
+  template <pool_policy P>
+    requires(!std::same_as<std::remove_cvref_t<P>, any_pool>)
+  any_pool(P p)  // NOLINT(google-explicit-constructor): a policy is-an any_pool
+      : self_(std::make_shared<const detail::pool_model<P>>(std::move(p))) {}
+
+  [[nodiscard]] int validation_devices(const queue_peaks& q, int devices) const {
+    return self_->validation_devices(q, devices);
+  }
+  [[nodiscard]] queue_order validation_order() const { return self_->validation_order(); }
+  [[nodiscard]] duration rebalance_interval() const { return self_->rebalance_interval(); }
+  [[nodiscard]] std::string name() const { return self_->name(); }
+  /// The policy's parameters as JSON (an empty object for a policy without `to_json`).
+  [[nodiscard]] nlohmann::json params() const { return self_->params(); }
+
+  template <class P>
+  [[nodiscard]] const P* target() const noexcept {
+    return static_cast<const P*>(self_->target(typeid(P)));
+  }
+
+ private:
+  std::shared_ptr<const detail::pool_model_base> self_;
+};
+
+static_assert(pool_policy<any_pool>);
+
+/// `{"<name>": {params}}`, the form `make_pool` reads.
+inline void to_json(nlohmann::json& j, const any_pool& p) { j = {{p.name(), p.params()}}; }
+
+/// Build a pool policy from a config: `{"elastic": {...}}`, `{"static_split": {...}}`,
+/// or just the name for the defaults (`"elastic"`). Unknown names and keys are errors.
+///
+/// @code
+///   auto p = specgen::make_pool(R"({"static_split":{"validation_fraction":0.25}})"_json);
+///   if (!p) std::cerr << p.error().message << '\n';
+/// @endcode
+inline expected<any_pool> make_pool(const nlohmann::json& config) {
+  std::string name;
+  nlohmann::json params = nlohmann::json::object();
+  if (config.is_string()) {
+    name = config.get<std::string>();
+  } else if (config.is_object() && config.size() == 1) {
+    name = config.begin().key();
+    params = config.begin().value();
+  } else {
+    return unexpected(error{"pool: expected a policy name or an object with one key (the policy name), got " +
+                            config.dump()});
+  }
+  const std::string where = "pool." + name;
+  if (name == "elastic") {
+    auto p = detail::parse_elastic(params, where);
+    if (!p) return unexpected(p.error());
+    return any_pool(*p);
+  }
+  if (name == "static_split") {
+    auto p = detail::parse_static_split(params, where);
+    if (!p) return unexpected(p.error());
+    return any_pool(*p);
+  }
+  return unexpected(error{"pool: unknown policy \"" + name + "\"; expected one of: elastic, static_split"});
+}
+
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,299 @@
+#pragma once
+/// Search strategies: how each round's prompts are built and which earlier
+/// kernels they build on. Speculation, termination, pools and KV storage work
+/// unchanged under every strategy (the paper applies its mechanisms on top of
+/// each baseline's search).
+///
+/// A strategy is a pure function of the search so far: `plan_round` sees every
+/// candidate record of the search and returns one prompt per parallel lane.
+/// Keeping strategies stateless makes resume-from-journal exact.
+///
+/// @code
+///   specgen::any_strategy s = specgen::evolve{{.lanes = 4, .population = 8}};
+///   auto lanes = s.plan_round(view);   // 4 prompts, parents chosen by tournament
+/// @endcode
+#include <specgen/detail/config.hpp>
+#include <specgen/expected.hpp>
+#include <specgen/prompt.hpp>
+#include <specgen/task.hpp>
+#include <specgen/types.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+
+/// What a strategy sees of a search when it plans a round.
+struct search_view {
+  const task* for_task = nullptr;
+  int round = 0;                                 ///< the round being planned
+  std::span<const candidate_record> records{};     ///< every candidate of the search, in creation order
+  std::uint64_t seed = 0;                        ///< per-search seed
+};
+
+/// One parallel reasoning stream of a round.
+struct lane_plan {
+  int lane = 0;
+  std::string prompt{};
+  std::vector<candidate_id> parents{};
+};
+
+template <class S>
+concept search_strategy = std::copy_constructible<S> && requires(const S& s, const search_view& v) {
+  { s.plan_round(v) } -> std::same_as<std::vector<lane_plan>>;
+  { s.name() } -> std::convertible_to<std::string>;
+  { s.lanes() } -> std::convertible_to<int>;
+};
+
+namespace detail {
+/// Records of `round` (optionally of one lane), in creation order.
+inline std::vector<const candidate_record*> records_of(const search_view& v, int round, int lane = -1) {
+  std::vector<const candidate_record*> out;
+  for (const auto& r : v.records)
+    if (r.cand->prov.round == round && (lane < 0 || r.cand->prov.lane == lane)) out.push_back(&r);
+  return out;
+}
+
+/// The fastest profiled record (optionally of one lane); ties go to the earlier.
+inline const candidate_record* best_of(const search_view& v, int lane = -1) {
+  const candidate_record* best = nullptr;
+  for (const auto& r : v.records)
+    if (r.profiled() && (lane < 0 || r.cand->prov.lane == lane) && (!best || r.speedup() > best->speedup()))
+      best = &r;
+  return best;
+}
+
+/// Render the shared prompt: task, the kernel(s) to build on, last round's feedback.
+inline std::string build_prompt(const search_view& v, const std::vector<const candidate_record*>& parents,
+                                const std::vector<const candidate_record*>& last_round, const prompt_params& pp,
+                                std::string_view instruction) {
+  std::string s = render_task(*v.for_task);
+  for (std::size_t i = 0; i < parents.size(); ++i) {
+    const auto* p = parents[i];
+    s += fmt::format("\n## {} kernel (speedup {:.2f}x)\n", i == 0 ? "Current best" : "Another good", p->speedup());
+    s += render_kernel(*p->cand);
+  }
+  if (!last_round.empty()) {
+    s += "\n## Feedback on your previous attempts\n";
+    const std::size_t n = std::min(last_round.size(), pp.max_feedback_items);
+    // The newest attempts carry the most information; show them last, nearest the instruction.
+    for (std::size_t i = last_round.size() - n; i < last_round.size(); ++i) {
+      const auto* r = last_round[i];
+      s += fmt::format("### Attempt {} ({}{})\n", r->cand->id, r->cand->prov.from == origin::main ? "final answer" : "draft",
+                       r->cand->prov.trigger.empty() ? "" : ", " + r->cand->prov.trigger);
+      s += render_feedback(*r, pp);
+    }
+  }
+  s += "\n";
+  s += instruction;
+  return s;
+}
+}  // namespace detail
+
+/// Iterative refinement of the best kernel with judge-style feedback (as CudaForge does).
+struct refine_best {
+  struct params {
+    prompt_params prompt{};
+    friend bool operator==(const params&, const params&) = default;
+  } p{};
+
+  [[nodiscard]] std::string name() const { return "refine"; }
+  [[nodiscard]] int lanes() const noexcept { return 1; }
+  [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const {
+    std::vector<const candidate_record*> parents;
+    if (const auto* b = detail::best_of(v)) parents.push_back(b);
+    lane_plan lp{.lane = 0, .prompt = {}, .parents = {}};
+    for (const auto* r : parents) lp.parents.push_back(r->cand->id);
+    lp.prompt = detail::build_prompt(v, parents, detail::records_of(v, v.round - 1), p.prompt,
+                                     parents.empty() ? "Write a correct kernel that beats the baseline."
+                                                     : "Improve on the current best kernel, fixing the problems above.");
+    return {lp};
+  }
+};
+
+/// Several independent seeds, each refined on its own lineage (as KernelAgent's parallel workers do).
+struct parallel_seeds {
+  struct params {
+    int seeds = 4;
+    prompt_params prompt{};
+    friend bool operator==(const params&, const params&) = default;
+  } p{};
+
+  [[nodiscard]] std::string name() const { return "parallel"; }
+  [[nodiscard]] int lanes() const noexcept { return p.seeds; }
+  [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const {
+    std::vector<lane_plan> out;
+    for (int lane = 0; lane < p.seeds; ++lane) {
+      std::vector<const candidate_record*> parents;
+      if (const auto* b = detail::best_of(v, lane)) parents.push_back(b);
+      lane_plan lp{.lane = lane, .prompt = {}, .parents = {}};
+      for (const auto* r : parents) lp.parents.push_back(r->cand->id);
+      lp.prompt = detail::build_prompt(v, parents, detail::records_of(v, v.round - 1, lane), p.prompt,
+                                       fmt::format("You are worker {} of {}: explore your own approach.", lane + 1, p.seeds));
+      out.push_back(std::move(lp));
+    }
+    return out;
+  }
+};
+
+/// An evolutionary population with tournament parent selection (AlphaEvolve-style).
+struct evolve {
+  struct params {
+    int lanes = 4;          ///< children per round
+    int population = 8;     ///< best distinct profiled kernels kept
+    int tournament = 3;     ///< entrants per parent selection
+    int inspirations = 1;   ///< extra population members shown for crossover
+    prompt_params prompt{};
+    friend bool operator==(const params&, const params&) = default;
+  } p{};
+
+  [[nodiscard]] std::string name() const { return "evolve"; }
+  [[nodiscard]] int lanes() const noexcept { return p.lanes; }
+  [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const {
+    // Population: the best `population` profiled kernels, fastest first.
+    std::vector<const candidate_record*> pop;
+    for (const auto& r : v.records)
+      if (r.profiled() && !r.reused) pop.push_back(&r);
+    std::stable_sort(pop.begin(), pop.end(), [](auto* a, auto* b) { return a->speedup() > b->speedup(); });
+    if (pop.size() > static_cast<std::size_t>(p.population)) pop.resize(static_cast<std::size_t>(p.population));
+
+    std::mt19937_64 rng(v.seed ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(v.round + 1)));
+    auto pick = [&]() -> const candidate_record* {
+      if (pop.empty()) return nullptr;
+      std::uniform_int_distribution<std::size_t> d(0, pop.size() - 1);
+      std::size_t best = d(rng);
+      for (int i = 1; i < p.tournament; ++i) best = std::min(best, d(rng));  // pop is sorted: lower index = fitter
+      return pop[best];
+    };
+    const auto last = detail::records_of(v, v.round - 1);
+    std::vector<lane_plan> out;
+    for (int lane = 0; lane < p.lanes; ++lane) {
+      std::vector<const candidate_record*> parents;
+      if (const auto* parent = pick()) {
+        parents.push_back(parent);
+        for (int i = 0; i < p.inspirations; ++i)
+          if (const auto* insp = pick(); insp && insp != parent) parents.push_back(insp);
+      }
+      lane_plan lp{.lane = lane, .prompt = {}, .parents = {}};
+      for (const auto* r : parents) lp.parents.push_back(r->cand->id);
+      // Children see only their own lane's last attempts: feedback stays attributable.
+      std::vector<const candidate_record*> mine;
+      for (const auto* r : last)
+        if (r->cand->prov.lane == lane) mine.push_back(r);
+      lp.prompt = detail::build_prompt(v, parents, mine, p.prompt,
+                                       parents.empty() ? "Write a correct kernel that beats the baseline."
+                                                       : "Combine the strengths of the kernels above into a faster one.");
+      out.push_back(std::move(lp));
+    }
+    return out;
+  }
+};
+
+/// Type-erased strategy, so a CLI or JSON config picks one at run time.
+class any_strategy {
+ public:
+  template <search_strategy S>
+    requires(!std::same_as<std::remove_cvref_t<S>, any_strategy>)
+  any_strategy(S s) : self_(std::make_shared<model<S>>(std::move(s))) {}  // NOLINT implicit by design
+  any_strategy() : any_strategy(refine_best{}) {}
+
+  [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const { return self_->plan_round(v); }
+  [[nodiscard]] std::string name() const { return self_->name(); }
+  [[nodiscard]] int lanes() const { return self_->lanes(); }
+  [[nodiscard]] nlohmann::json to_json() const { return self_->to_json(); }
+
+ private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::vector<lane_plan> plan_round(const search_view&) const = 0;
+    virtual std::string name() const = 0;
+    virtual int lanes() const = 0;
+    virtual nlohmann::json to_json() const = 0;
+  };
+  template <class S>
+  struct model final : concept_t {
+    explicit model(S s) : s_(std::move(s)) {}
+    std::vector<lane_plan> plan_round(const search_view& v) const override { return s_.plan_round(v); }
+    std::string name() const override { return s_.name(); }
+    int lanes() const override { return s_.lanes(); }
+    nlohmann::json to_json() const override { return strategy_json(s_); }
+    S s_;
+  };
+  // Strategies are immutable once built: sharing the model is safe and makes copies cheap.
+  std::shared_ptr<const concept_t> self_;
+
+  static nlohmann::json strategy_json(const refine_best&) { return {{"refine", nlohmann::json::object()}}; }
+  static nlohmann::json strategy_json(const parallel_seeds& s) { return {{"parallel", {{"seeds", s.p.seeds}}}}; }
+  static nlohmann::json strategy_json(const evolve& s) {
+    return {{"evolve",
+             {{"lanes", s.p.lanes}, {"population", s.p.population}, {"tournament", s.p.tournament},
+              {"inspirations", s.p.inspirations}}}};
+  }
+  template <class S>
+  static nlohmann::json strategy_json(const S& s) {
+    return {{"custom", s.name()}};
+  }
+};
+
+static_assert(search_strategy<refine_best>);
+static_assert(search_strategy<parallel_seeds>);
+static_assert(search_strategy<evolve>);
+static_assert(search_strategy<any_strategy>);
+
+/// Build a strategy from JSON: `"refine"`, `{"parallel": {"seeds": 4}}`,
+/// `{"evolve": {"lanes": 4, "population": 8, "tournament": 3}}`.
+inline expected<any_strategy, error> make_strategy(const nlohmann::json& j) {
+  std::string kind;
+  nlohmann::json body = nlohmann::json::object();
+  if (j.is_string()) {
+    kind = j.get<std::string>();
+  } else if (j.is_object() && j.size() == 1) {
+    kind = j.begin().key();
+    body = j.begin().value();
+  } else {
+    return unexpected(error{"strategy: expected a name or an object with one key (refine, parallel, evolve)"});
+  }
+  if (!body.is_object()) return unexpected(error{fmt::format("strategy {}: parameters must be an object", kind)});
+  auto get_int = [&](const char* key, int& out, int lo) -> expected<void, error> {
+    if (!body.contains(key)) return {};
+    if (!body[key].is_number_integer() || body[key].get<int>() < lo)
+      return unexpected(error{fmt::format("strategy {}: '{}' must be an integer >= {}", kind, key, lo)});
+    out = body[key].get<int>();
+    return {};
+  };
+  auto check_keys = [&](std::initializer_list<const char*> known) -> expected<void, error> {
+    for (const auto& [k, _] : body.items())
+      if (std::none_of(known.begin(), known.end(), [&](const char* n) { return k == n; }))
+        return unexpected(error{fmt::format("strategy {}: unknown parameter '{}'", kind, k)});
+    return {};
+  };
+  if (kind == "refine") {
+    if (auto r = check_keys({}); !r) return unexpected(r.error());
+    return any_strategy(refine_best{});
+  }
+  if (kind == "parallel") {
+    parallel_seeds s;
+    if (auto r = check_keys({"seeds"}); !r) return unexpected(r.error());
+    if (auto r = get_int("seeds", s.p.seeds, 1); !r) return unexpected(r.error());
+    return any_strategy(s);
+  }
+  if (kind == "evolve") {
+    evolve s;
+    if (auto r = check_keys({"lanes", "population", "tournament", "inspirations"}); !r) return unexpected(r.error());
+    for (auto [key, ref, lo] : {std::tuple{"lanes", &s.p.lanes, 1}, std::tuple{"population", &s.p.population, 1},
+                                std::tuple{"tournament", &s.p.tournament, 1}, std::tuple{"inspirations", &s.p.inspirations, 0}})
+      if (auto r = get_int(key, *ref, lo); !r) return unexpected(r.error());
+    return any_strategy(s);
+  }
+  return unexpected(error{fmt::format("strategy: unknown kind '{}' (known: refine, parallel, evolve)", kind)});
+}
+
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,274 @@
+#pragma once
+/// Termination policies: does a newly profiled speculative kernel stop the
+/// main reasoning stream?
+///
+/// The engine asks after each profiled (valid) speculative kernel, passing the
+/// speedups of the search's earlier valid kernels (the history, in arrival
+/// order, without the new one). Stopping early trades the rest of the main
+/// reasoning for a faster next round; the paper's default stops when the new
+/// kernel beats the history's mean.
+///
+/// @code
+///   specgen::any_termination stop = specgen::default_termination();   // beats_mean
+///   std::vector<double> history{1.2, 0.8, 1.6};
+///   bool s = stop.should_stop({.speedups = history}, 1.5);            // true: 1.5 > mean 1.2
+///   auto cfg = specgen::make_termination(nlohmann::json::parse(R"({"reaches_target": {"target": 3}})"));
+/// @endcode
+#include <specgen/detail/config.hpp>
+#include <specgen/expected.hpp>
+#include <specgen/policy/fields.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+
+/// Speedups of the search's earlier valid (profiled) kernels, in arrival
+/// order; excludes the kernel being judged.
+struct history_view {
+  std::span<const double> speedups;
+};
+
+template <class T>
+concept termination_policy = requires(const T& t, const history_view& h, double speedup) {
+  { t.should_stop(h, speedup) } -> std::same_as<bool>;
+  { t.name() } -> std::convertible_to<std::string>;
+};
+
+namespace detail {
+inline std::string check_threshold(double v, std::string_view field) {
+  return std::isfinite(v) ? std::string{} : fmt::format("{} must be a finite number", field);
+}
+}  // namespace detail
+
+namespace termination {
+
+/**
+ * Stops when the new kernel is faster than the mean of the history (the
+ * paper's default). With an empty history there is no mean; the kernel must
+ * then beat `empty_threshold`, by default 1.0 = the task's baseline. That
+ * choice is this project's: the paper does not say what happens before the
+ * first valid kernel.
+ */
+struct beats_mean {
+  double empty_threshold = 1.0;
+
+  [[nodiscard]] bool should_stop(const history_view& h, double speedup) const {
+    if (h.speedups.empty()) return speedup > empty_threshold;
+    const double mean = std::accumulate(h.speedups.begin(), h.speedups.end(), 0.0) / static_cast<double>(h.speedups.size());
+    return speedup > mean;
+  }
+  [[nodiscard]] std::string name() const { return "beats_mean"; }
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("empty_threshold", s.empty_threshold);
+  }
+  [[nodiscard]] std::string invalid() const { return detail::check_threshold(empty_threshold, "empty_threshold"); }
+  friend bool operator==(const beats_mean&, const beats_mean&) = default;
+};
+
+/// Stops at the first valid speculative kernel, whatever its speed.
+struct first_valid {
+  [[nodiscard]] bool should_stop(const history_view&, double) const { return true; }
+  [[nodiscard]] std::string name() const { return "first_valid"; }
+  template <class Self, class F>
+  static void fields(Self&, F&&) {}
+  friend bool operator==(const first_valid&, const first_valid&) = default;
+};
+
+/// Stops when the new kernel beats every earlier one; with an empty history it
+/// must beat `empty_threshold` (1.0, the baseline, as for beats_mean).
+struct best_so_far {
+  double empty_threshold = 1.0;
+
+  [[nodiscard]] bool should_stop(const history_view& h, double speedup) const {
+    if (h.speedups.empty()) return speedup > empty_threshold;
+    return speedup > *std::max_element(h.speedups.begin(), h.speedups.end());
+  }
+  [[nodiscard]] std::string name() const { return "best_so_far"; }
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("empty_threshold", s.empty_threshold);
+  }
+  [[nodiscard]] std::string invalid() const { return detail::check_threshold(empty_threshold, "empty_threshold"); }
+  friend bool operator==(const best_so_far&, const best_so_far&) = default;
+};
+
+/// Never stops the main reasoning (speculation without early termination).
+struct never {
+  [[nodiscard]] bool should_stop(const history_view&, double) const { return false; }
+  [[nodiscard]] std::string name() const { return "never"; }
+  template <class Self, class F>
+  static void fields(Self&, F&&) {}
+  friend bool operator==(const never&, const never&) = default;
+};
+
+/// Stops when the new kernel reaches `target` speedup (inclusive), whatever the history.
+struct reaches_target {
+  double target = 2.0;
+
+  [[nodiscard]] bool should_stop(const history_view&, double speedup) const { return speedup >= target; }
+  [[nodiscard]] std::string name() const { return "reaches_target"; }
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("target", s.target);
+  }
+  [[nodiscard]] std::string invalid() const {
+    return std::isfinite(target) && target > 0 ? std::string{} : fmt::format("target must be a positive number, got {}", target);
+  }
+  friend bool operator==(const reaches_target&, const reaches_target&) = default;
+};
+
+}  // namespace termination
+
+namespace detail {
+template <class T>
+nlohmann::json termination_config(const T& t) {
+  if constexpr (requires { { t.config() } -> std::convertible_to<nlohmann::json>; }) return t.config();
+  else if constexpr (has_fields<T>) return nlohmann::json{{std::string(t.name()), write_fields(t)}};
+  else return nlohmann::json{{"custom", std::string(t.name())}};
+}
+}  // namespace detail
+
+/**
+ * Any termination policy, chosen at run time. Policies are immutable, so
+ * copies share one instance.
+ *
+ * @code
+ *   specgen::any_termination t = specgen::termination::reaches_target{.target = 3.0};
+ * @endcode
+ */
+class any_termination {
+ public:
+  any_termination() : any_termination(termination::beats_mean{}) {}
+  template <termination_policy T>
+    requires(!std::same_as<std::remove_cvref_t<T>, any_termination>)
+  any_termination(T t) : self_(std::make_shared<const model<T>>(std::move(t))) {}  // NOLINT implicit by design
+
+  [[nodiscard]] bool should_stop(const history_view& h, double speedup) const { return self_->should_stop(h, speedup); }
+  [[nodiscard]] std::string name() const { return self_->name(); }
+  /// The JSON config `make_termination` rebuilds this policy from.
+  [[nodiscard]] nlohmann::json config() const { return self_->config(); }
+
+ private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual bool should_stop(const history_view&, double) const = 0;
+    virtual std::string name() const = 0;
+    virtual nlohmann::json config() const = 0;
+  };
+  template <class T>
+  struct model final : concept_t {
+    explicit model(T t) : t_(std::move(t)) {}
+    bool should_stop(const history_view& h, double s) const override { return t_.should_stop(h, s); }
+    std::string name() const override { return t_.name(); }
+    nlohmann::json config() const override { return detail::termination_config(t_); }
+    T t_;
+  };
+  std::shared_ptr<const concept_t> self_;
+};
+
+inline void to_json(nlohmann::json& j, const any_termination& t) { j = t.config(); }
+
+namespace termination {
+
+/// Stops when any member would stop (e.g. beats the mean, or reaches a target).
+class any_of {
+ public:
+  explicit any_of(std::vector<any_termination> members) : members_(std::move(members)) {}
+  template <class... Ts>
+    requires(sizeof...(Ts) >= 2 && (termination_policy<std::remove_cvref_t<Ts>> && ...))
+  explicit any_of(Ts&&... ts) {
+    (members_.emplace_back(std::forward<Ts>(ts)), ...);
+  }
+
+  [[nodiscard]] bool should_stop(const history_view& h, double speedup) const {
+    return std::any_of(members_.begin(), members_.end(), [&](const auto& m) { return m.should_stop(h, speedup); });
+  }
+  [[nodiscard]] std::string name() const { return "any_of"; }
+  [[nodiscard]] const std::vector<any_termination>& members() const noexcept { return members_; }
+  [[nodiscard]] nlohmann::json config() const {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& m : members_) list.push_back(m.config());
+    return {{name(), std::move(list)}};
+  }
+
+ private:
+  std::vector<any_termination> members_;
+};
+
+inline void to_json(nlohmann::json& j, const beats_mean& p) { j = detail::write_fields(p); }
+inline void to_json(nlohmann::json& j, const first_valid& p) { j = detail::write_fields(p); }
+inline void to_json(nlohmann::json& j, const best_so_far& p) { j = detail::write_fields(p); }
+inline void to_json(nlohmann::json& j, const never& p) { j = detail::write_fields(p); }
+inline void to_json(nlohmann::json& j, const reaches_target& p) { j = detail::write_fields(p); }
+
+}  // namespace termination
+
+static_assert(termination_policy<termination::beats_mean>);
+static_assert(termination_policy<termination::first_valid>);
+static_assert(termination_policy<termination::best_so_far>);
+static_assert(termination_policy<termination::never>);
+static_assert(termination_policy<termination::reaches_target>);
+static_assert(termination_policy<termination::any_of>);
+static_assert(termination_policy<any_termination>);
+
+/// The paper's default: stop when a speculative kernel beats the history's mean.
+inline any_termination default_termination() { return termination::beats_mean{}; }
+
+namespace detail {
+inline constexpr std::string_view termination_kinds = "beats_mean, first_valid, best_so_far, never, reaches_target, any_of";
+
+template <class T>
+expected<any_termination, error> make_termination_of(const nlohmann::json& body, const std::string& what) {
+  auto p = read_fields<T>(body, what);
+  if (!p) return unexpected(p.error());
+  return any_termination(std::move(*p));
+}
+}  // namespace detail
+
+/**
+ * Builds a termination policy from JSON: a name (`"beats_mean"`) or
+ * `{"<kind>": {params}}`, with `any_of` taking an array of configs.
+ *
+ * @code
+ *   auto t = specgen::make_termination(nlohmann::json::parse(
+ *       R"({"any_of": ["beats_mean", {"reaches_target": {"target": 4}}]})"));
+ * @endcode
+ */
+inline expected<any_termination, error> make_termination(const nlohmann::json& j) {
+  auto cfg = detail::split_config(j, "termination", detail::termination_kinds);
+  if (!cfg) return unexpected(cfg.error());
+  const std::string what = "termination " + cfg->kind;
+  if (cfg->kind == "beats_mean") return detail::make_termination_of<termination::beats_mean>(cfg->body, what);
+  if (cfg->kind == "first_valid") return detail::make_termination_of<termination::first_valid>(cfg->body, what);
+  if (cfg->kind == "best_so_far") return detail::make_termination_of<termination::best_so_far>(cfg->body, what);
+  if (cfg->kind == "never") return detail::make_termination_of<termination::never>(cfg->body, what);
+  if (cfg->kind == "reaches_target") return detail::make_termination_of<termination::reaches_target>(cfg->body, what);
+  if (cfg->kind == "any_of") {
+    if (!cfg->body.is_array() || cfg->body.empty())
+      return unexpected(error{fmt::format("{}: expected a non-empty array of termination configs, got {}", what, cfg->body.dump())});
+    std::vector<any_termination> members;
+    for (std::size_t i = 0; i < cfg->body.size(); ++i) {
+      auto m = make_termination(cfg->body[i]);
+      if (!m) return unexpected(error{fmt::format("termination any_of[{}]: {}", i, m.error().message)});
+      members.push_back(std::move(*m));
+    }
+    return any_termination(termination::any_of(std::move(members)));
+  }
+  return unexpected(error{fmt::format("termination: unknown kind '{}' (known: {})", cfg->kind, detail::termination_kinds)});
+}
+
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,867 @@
+#pragma once
+/// Trigger policies: when to fork K non-reasoning generations from a main
+/// stream's reasoning prefix.
+///
+/// The engine copies the configured trigger once per main stream (triggers
+/// keep per-stream scanning state and look at each character once), calls
+/// `on_chunk` for every reasoning chunk, and also calls it with no new text
+/// when a validation or profiling device becomes idle. A trigger answers with
+/// the name of what fired and K, or nothing.
+///
+/// Text triggers are pure functions of the characters seen so far: the same
+/// text fires at the same character offsets however it is split into chunks
+/// (a fire is reported on the chunk holding the character that completes the
+/// event; one chunk reports at most one fire).
+///
+/// @code
+///   specgen::any_trigger t = specgen::default_trigger();       // copied per stream by the engine
+///   auto cfg = specgen::make_trigger(nlohmann::json::parse(R"({
+///       "any_of": [{"fence_closed": {"samples": 2}}, {"design_decision": {"samples": 2}}],
+///       "gate": {"min_gap_tokens": 256, "max_forks_per_round": 24}})"));
+///   if (!cfg) fail(cfg.error().message);
+///   if (auto fire = t.on_chunk({.text = reasoning, .new_from = old_size, .tokens = n}, ctx))
+///     fork(fire->samples, fire->trigger);
+/// @endcode
+#include <specgen/clock.hpp>
+#include <specgen/detail/config.hpp>
+#include <specgen/expected.hpp>
+#include <specgen/policy/fields.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+
+/// What a trigger sees of one main stream.
+struct stream_view {
+  std::string_view text{};   ///< the whole reasoning text of this stream so far
+  std::size_t new_from = 0;  ///< offset where the newest chunk starts (== text.size() on a resource tick)
+  std::uint64_t tokens = 0;  ///< reasoning tokens so far
+};
+
+/// The state of the evaluation pools and of this stream's forks.
+struct trigger_context {
+  timestamp now{0};
+  int idle_validation = 0;  ///< idle validation devices
+  int idle_profiling = 0;   ///< idle profiling devices
+  std::size_t validation_queue = 0;
+  std::size_t profiling_queue = 0;
+  int forks_in_flight = 0;              ///< this stream's forks still generating
+  std::uint64_t tokens_since_fork = 0;  ///< since this stream's last fork (since its start if none)
+  int forks_this_round = 0;             ///< forks of this stream's round so far
+};
+
+/// A trigger fired: fork `samples` (K) generations and label them `trigger`.
+struct trigger_fire {
+  std::string trigger;
+  int samples = 1;
+  friend bool operator==(const trigger_fire&, const trigger_fire&) = default;
+};
+
+/// A trigger: stateful per stream, so it must be copyable (one copy per stream).
+/// (The member check comes first so that asking whether a wrapper such as
+/// `expected<any_trigger>` is a trigger does not recurse into its copy constructor.)
+template <class T>
+concept trigger_policy = requires(T& t, const T& ct, const stream_view& v, const trigger_context& c) {
+                           { t.on_chunk(v, c) } -> std::same_as<std::optional<trigger_fire>>;
+                           { ct.name() } -> std::convertible_to<std::string>;
+                         } && std::copy_constructible<T>;
+
+namespace detail {
+
+constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+constexpr bool is_word_char(char c) noexcept {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+constexpr bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
+
+/// Feeds each character a trigger has not seen yet to `feed`; true if any
+/// character completed an event. Triggers remember how far they scanned, so a
+/// resource tick (no new text) scans nothing.
+template <class Feed>
+bool scan_new_text(const stream_view& v, std::size_t& scanned, Feed&& feed) {
+  // A text shorter than what was scanned means one trigger was fed two streams
+  // (a caller bug: copy the prototype per stream); never index past the end.
+  std::size_t from = scanned <= v.text.size() ? scanned : std::min(v.new_from, v.text.size());
+  bool fired = false;
+  for (std::size_t i = from; i < v.text.size(); ++i) fired = feed(v.text[i]) || fired;
+  scanned = v.text.size();
+  return fired;
+}
+
+/// Incremental Markdown fence tracking (``` or ~~~, three or more, at the
+/// start of a line, any indentation so fences inside list items count).
+/// A line is classified when its newline arrives. Could later share code with
+/// extract.hpp's fence_scanner.
+class fence_tracker {
+ public:
+  enum class event : std::uint8_t { none, opened, closed };
+
+  event feed(char c) {
+    if (c != '\n') {
+      if (line_.size() < max_line) line_ += c;
+      else if (!is_blank(c)) overflow_ = true;
+      return event::none;
+    }
+    const event e = classify();
+    line_.clear();
+    overflow_ = false;
+    return e;
+  }
+  [[nodiscard]] bool in_fence() const noexcept { return open_len_ > 0; }
+  /// Lower-cased first word of the info string of the open fence, or of the one that just closed.
+  [[nodiscard]] const std::string& lang() const noexcept { return lang_; }
+
+ private:
+  static constexpr std::size_t max_line = 256;  // enough for any fence line; longer lines only need "non-blank after"
+
+  event classify() {
+    std::string_view s = line_;
+    std::size_t i = 0;
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+    if (i == s.size() || (s[i] != '`' && s[i] != '~')) return event::none;
+    const char f = s[i];
+    std::size_t n = 0;
+    while (i + n < s.size() && s[i + n] == f) ++n;
+    if (n < 3) return event::none;
+    std::string_view rest = s.substr(i + n);
+    while (!rest.empty() && is_blank(rest.front())) rest.remove_prefix(1);
+    while (!rest.empty() && is_blank(rest.back())) rest.remove_suffix(1);
+    if (in_fence()) {
+      if (f != fence_char_ || n < open_len_ || !rest.empty() || overflow_) return event::none;
+      open_len_ = 0;
+      return event::closed;
+    }
+    if (f == '`' && rest.find('`') != std::string_view::npos) return event::none;  // inline code, not a fence
+    fence_char_ = f;
+    open_len_ = n;
+    lang_.clear();
+    for (char c : rest) {
+      if (is_blank(c) || c == '{') break;
+      lang_ += ascii_lower(c);
+    }
+    return event::opened;
+  }
+
+  std::string line_;
+  bool overflow_ = false;
+  char fence_char_ = 0;
+  std::size_t open_len_ = 0;
+  std::string lang_;
+};
+
+/// Case-insensitive incremental phrase matching, robust to any chunking.
+/// A phrase must start at a word boundary ("reuse shared memory" is not "use
+/// shared memory"); typographic apostrophes (U+2019) read as '\''.
+class phrase_matcher {
+ public:
+  explicit phrase_matcher(const std::vector<std::string>& phrases) {
+    std::vector<std::string> lowered;
+    for (const auto& p : phrases) {
+      std::string q;
+      for (char c : p) push(q, c);
+      if (q.empty()) continue;
+      max_len_ = std::max(max_len_, q.size());
+      lowered.push_back(std::move(q));
+    }
+    // Bucket the phrases by their last byte: a character is compared only
+    // with the few phrases that can end at it.
+    std::stable_sort(lowered.begin(), lowered.end(), [](const auto& x, const auto& y) { return byte(x.back()) < byte(y.back()); });
+    phrases_ = std::move(lowered);
+    for (std::size_t b = 0, i = 0; b <= 256; ++b) {
+      while (i < phrases_.size() && byte(phrases_[i].back()) < b) ++i;
+      bucket_[b] = static_cast<std::uint32_t>(i);
+    }
+  }
+
+  /// True when the character completes one of the phrases.
+  bool feed(char c) {
+    push(window_, c);
+    // Keep one character more than the longest phrase, for the boundary check.
+    if (window_.size() > 4 * (max_len_ + 1) + 8) window_.erase(0, window_.size() - (max_len_ + 1));
+    if (window_.empty()) return false;
+    const std::string_view w = window_;
+    const std::size_t last = byte(w.back());
+    for (std::size_t i = bucket_[last]; i < bucket_[last + 1]; ++i) {
+      const std::string& p = phrases_[i];
+      if (!w.ends_with(p)) continue;
+      const std::size_t start = w.size() - p.size();
+      if (start == 0 || !is_word_char(w[start - 1]) || !is_word_char(p.front())) return true;
+    }
+    return false;
+  }
+
+ private:
+  static std::size_t byte(char c) noexcept { return static_cast<unsigned char>(c); }
+  /// Appends a lower-cased character; the UTF-8 of U+2019 becomes '\''.
+  static void push(std::string& s, char c) {
+    s += ascii_lower(c);
+    if (c == '\x99' && s.ends_with("\xE2\x80\x99")) s.replace(s.size() - 3, 3, "'");
+  }
+  std::vector<std::string> phrases_;        // sorted by last byte
+  std::array<std::uint32_t, 257> bucket_{};  // phrases ending in byte b: [bucket_[b], bucket_[b + 1])
+  std::size_t max_len_ = 0;
+  std::string window_;
+};
+
+/// Finds `__global__` functions and reports when a body's braces balance back
+/// to zero, in fences or in prose. Comments, string and character literals
+/// inside a body are skipped; a fence boundary, a second `__global__` or a
+/// signature that runs into ';' abandons the function in progress.
+class body_tracker {
+ public:
+  bool feed(char c, fence_tracker::event fence) {
+    const bool keyword = keyword_.feed(c);
+    if (fence != fence_tracker::event::none) {
+      state_ = state::idle;
+      return false;
+    }
+    switch (state_) {
+      case state::idle:
+        if (keyword) start_signature();
+        return false;
+      case state::signature: return feed_signature(c, keyword);
+      case state::body: return feed_body(c, keyword);
+    }
+    return false;
+  }
+
+ private:
+  enum class state : std::uint8_t { idle, signature, body };
+  enum class lex : std::uint8_t { code, line_comment, block_comment, string, character };
+  static constexpr int max_signature = 600;  // longer than any signature; prose mentioning __global__ gives up
+  static constexpr int max_char_literal = 4;
+
+  void start_signature() {
+    state_ = state::signature;
+    signature_chars_ = 0;
+    paren_ = false;
+    prev_ = 0;
+  }
+
+  bool feed_signature(char c, bool keyword) {
+    if (keyword) {
+      start_signature();
+      return false;
+    }
+    ++signature_chars_;
+    if (c == '(') paren_ = true;
+    const bool blank_line = c == '\n' && prev_ == '\n';
+    prev_ = c;
+    if (c == ';' || blank_line || signature_chars_ > max_signature) {
+      state_ = state::idle;
+    } else if (c == '{') {
+      state_ = paren_ ? state::body : state::idle;
+      depth_ = 1;
+      lex_ = lex::code;
+      prev_ = 0;
+    }
+    return false;
+  }
+
+  bool feed_body(char c, bool keyword) {
+    const char prev = prev_;
+    prev_ = c;
+    switch (lex_) {
+      case lex::code:
+        if (keyword) {
+          start_signature();
+          return false;
+        }
+        if (c == '/' && prev == '/') lex_ = lex::line_comment;
+        else if (c == '*' && prev == '/') {
+          lex_ = lex::block_comment;
+          prev_ = 0;  // so "/*/" does not close at once
+        } else if (c == '"') {
+          lex_ = lex::string;
+          escaped_ = false;
+        } else if (c == '\'') {
+          lex_ = lex::character;
+          escaped_ = false;
+          literal_len_ = 0;
+        } else if (c == '{') {
+          ++depth_;
+        } else if (c == '}' && --depth_ == 0) {
+          state_ = state::idle;
+          return true;
+        }
+        return false;
+      case lex::line_comment:
+        if (c == '\n') lex_ = lex::code;
+        return false;
+      case lex::block_comment:
+        if (c == '/' && prev == '*') lex_ = lex::code;
+        return false;
+      case lex::string:
+      case lex::character: {
+        const char quote = lex_ == lex::string ? '"' : '\'';
+        // A literal never spans lines; a lone apostrophe in prose-like code must not swallow braces.
+        if (c == '\n' || (!escaped_ && c == quote) ||
+            (lex_ == lex::character && ++literal_len_ > max_char_literal))
+          lex_ = lex::code;
+        escaped_ = !escaped_ && c == '\\';
+        return false;
+      }
+    }
+    return false;
+  }
+
+  phrase_matcher keyword_{std::vector<std::string>{"__global__"}};
+  state state_ = state::idle;
+  lex lex_ = lex::code;
+  int signature_chars_ = 0;
+  bool paren_ = false;
+  int depth_ = 0;
+  char prev_ = 0;
+  bool escaped_ = false;
+  int literal_len_ = 0;
+};
+
+inline std::string check_samples(int samples) {
+  return samples >= 1 ? std::string{} : fmt::format("samples must be >= 1, got {}", samples);
+}
+
+/// A policy's JSON config: `{"<name>": {params}}` when it has `config()`,
+/// else `{"custom": "<name>"}` (make_trigger cannot rebuild a user type).
+template <class T>
+nlohmann::json config_of(const T& t) {
+  if constexpr (requires { { t.config() } -> std::convertible_to<nlohmann::json>; }) return t.config();
+  else return nlohmann::json{{"custom", std::string(t.name())}};
+}
+
+}  // namespace detail
+
+namespace triggers {
+
+/// No speculation: the sequential baseline.
+struct never {
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view&, const trigger_context&) { return std::nullopt; }
+  [[nodiscard]] std::string name() const { return "never"; }
+  [[nodiscard]] nlohmann::json config() const { return {{"never", nlohmann::json::object()}}; }
+};
+
+}  // namespace triggers
+
+/**
+ * Any trigger, chosen at run time. Copying copies the trigger's scanning
+ * state, which is how the engine gets one fresh trigger per stream from a
+ * configured prototype.
+ *
+ * @code
+ *   specgen::any_trigger proto = specgen::triggers::fence_closed{{.samples = 2}};
+ *   specgen::any_trigger per_stream = proto;   // independent state
+ * @endcode
+ */
+class any_trigger {
+ public:
+  any_trigger() : any_trigger(triggers::never{}) {}
+  template <trigger_policy T>
+    requires(!std::same_as<std::remove_cvref_t<T>, any_trigger>)
+  any_trigger(T t) : self_(std::make_unique<model<T>>(std::move(t))) {}  // NOLINT implicit by design
+  any_trigger(const any_trigger& o) : self_(o.self_->clone()) {}
+  any_trigger(any_trigger&&) noexcept = default;
+  any_trigger& operator=(const any_trigger& o) {
+    if (this != &o) self_ = o.self_->clone();
+    return *this;
+  }
+  any_trigger& operator=(any_trigger&&) noexcept = default;
+  ~any_trigger() = default;
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) {
+    return self_->on_chunk(v, c);
+  }
+  [[nodiscard]] std::string name() const { return self_->name(); }
+  /// The JSON config `make_trigger` rebuilds this trigger from (fresh state).
+  [[nodiscard]] nlohmann::json config() const { return self_->config(); }
+
+ private:
+  struct concept_t {
+    virtual ~concept_t() = default;
+    virtual std::unique_ptr<concept_t> clone() const = 0;
+    virtual std::optional<trigger_fire> on_chunk(const stream_view&, const trigger_context&) = 0;
+    virtual std::string name() const = 0;
+    virtual nlohmann::json config() const = 0;
+  };
+  template <class T>
+  struct model final : concept_t {
+    explicit model(T t) : t_(std::move(t)) {}
+    std::unique_ptr<concept_t> clone() const override { return std::make_unique<model>(t_); }
+    std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) override {
+      return t_.on_chunk(v, c);
+    }
+    std::string name() const override { return t_.name(); }
+    nlohmann::json config() const override { return detail::config_of(t_); }
+    T t_;
+  };
+  std::unique_ptr<concept_t> self_;
+};
+
+inline void to_json(nlohmann::json& j, const any_trigger& t) { j = t.config(); }
+
+namespace triggers {
+
+/**
+ * Fires when a fenced code block whose language tag is one of `languages`
+ * closes: each draft kernel of a draft-early trace.
+ *
+ * @code
+ *   specgen::triggers::fence_closed t{{.samples = 2, .languages = {"cuda", "cu"}}};
+ * @endcode
+ */
+class fence_closed {
+ public:
+  struct params {
+    int samples = 2;
+    std::vector<std::string> languages{"cuda", "cu", "cpp", "c++"};  ///< compared lower-case
+    template <class Self, class F>
+    static void fields(Self& s, F&& f) {
+      f("samples", s.samples);
+      f("languages", s.languages);
+    }
+    [[nodiscard]] std::string invalid() const { return detail::check_samples(samples); }
+    friend bool operator==(const params&, const params&) = default;
+    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
+  };
+
+  fence_closed() : fence_closed(params{}) {}
+  explicit fence_closed(params p) : p_(std::move(p)) {
+    detail::require_valid(p_, "fence_closed");
+    for (auto& l : p_.languages) std::transform(l.begin(), l.end(), l.begin(), detail::ascii_lower);
+  }
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context&) {
+    const bool fired = detail::scan_new_text(v, scanned_, [&](char c) {
+      return fences_.feed(c) == detail::fence_tracker::event::closed &&
+             std::find(p_.languages.begin(), p_.languages.end(), fences_.lang()) != p_.languages.end();
+    });
+    return fired ? std::optional<trigger_fire>(trigger_fire{name(), p_.samples}) : std::nullopt;
+  }
+  [[nodiscard]] std::string name() const { return "fence_closed"; }
+  [[nodiscard]] const params& get_params() const noexcept { return p_; }
+  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
+
+ private:
+  params p_;
+  detail::fence_tracker fences_;
+  std::size_t scanned_ = 0;
+};
+
+namespace detail_tags {
+struct design_decision {
+  static constexpr std::string_view name = "design_decision";
+  static std::vector<std::string> phrases() {
+    return {"I'll use",        "I will use",          "we'll use",         "we will use",      "let's use",
+            "let's go with",   "I'll go with",        "the plan is",       "the approach is",  "tile size",
+            "block size of",   "each block handles",  "each block computes", "each warp handles",
+            "each warp computes", "each thread computes", "each thread handles", "use shared memory",
+            "warp-level",      "warp shuffle",        "vectorized loads",  "vectorized load",  "grid-stride"};
+  }
+};
+struct implementation_hint {
+  static constexpr std::string_view name = "implementation_hint";
+  static std::vector<std::string> phrases() {
+    return {"Let me write",      "Now let me write", "Let me code",     "Now the kernel",     "Here's the kernel",
+            "Here is the kernel", "The kernel will", "the code would",  "the code will",      "Let me finalize",
+            "Let me fix",        "Let me rewrite",   "Let me restructure", "final version",   "Putting it together",
+            "Let me put it together", "Let me draft"};
+  }
+};
+}  // namespace detail_tags
+
+/**
+ * Fires after a sentence that contains one of `phrases` (case-insensitive,
+ * whole-word start): the fork then sees the whole decision, not just "I'll
+ * use". The sentence ends at a newline, at `. ! ? : ;` followed by white
+ * space, or `max_wait_chars` after the phrase. `prose_only` ignores phrases
+ * inside code fences (code comments repeat them).
+ *
+ * `design_decision` and `implementation_hint` are this trigger with different
+ * default phrase lists; the hint list targets think-then-write traces, where no
+ * fence ever closes.
+ */
+template <class Tag>
+class phrase_trigger {
+ public:
+  struct params {
+    int samples = 2;
+    std::vector<std::string> phrases = Tag::phrases();
+    bool prose_only = true;
+    int max_wait_chars = 200;
+    template <class Self, class F>
+    static void fields(Self& s, F&& f) {
+      f("samples", s.samples);
+      f("phrases", s.phrases);
+      f("prose_only", s.prose_only);
+      f("max_wait_chars", s.max_wait_chars);
+    }
+    [[nodiscard]] std::string invalid() const {
+      if (auto s = detail::check_samples(samples); !s.empty()) return s;
+      if (phrases.empty()) return "phrases must not be empty";
+      if (max_wait_chars < 0) return fmt::format("max_wait_chars must be >= 0, got {}", max_wait_chars);
+      return {};
+    }
+    friend bool operator==(const params&, const params&) = default;
+    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
+  };
+
+  phrase_trigger() : phrase_trigger(params{}) {}
+  explicit phrase_trigger(params p) : p_(std::move(p)), matcher_((detail::require_valid(p_, Tag::name), p_.phrases)) {}
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context&) {
+    const bool fired = detail::scan_new_text(v, scanned_, [&](char c) { return feed(c); });
+    return fired ? std::optional<trigger_fire>(trigger_fire{name(), p_.samples}) : std::nullopt;
+  }
+  [[nodiscard]] std::string name() const { return std::string(Tag::name); }
+  [[nodiscard]] const params& get_params() const noexcept { return p_; }
+  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
+
+ private:
+  bool feed(char c) {
+    const auto fence = fences_.feed(c);
+    const bool matched = matcher_.feed(c);
+    bool fire = false;
+    if (waited_ >= 0) {
+      ++waited_;
+      fire = c == '\n' || (after_punct_ && detail::is_blank(c)) || waited_ > p_.max_wait_chars;
+      if (fire) waited_ = -1;
+    }
+    const bool prose = !p_.prose_only || (!fences_.in_fence() && fence == detail::fence_tracker::event::none);
+    if (matched && prose && waited_ < 0 && !fire) waited_ = 0;
+    after_punct_ = c == '.' || c == '!' || c == '?' || c == ':' || c == ';';
+    return fire;
+  }
+
+  params p_;
+  detail::phrase_matcher matcher_;
+  detail::fence_tracker fences_;
+  int waited_ = -1;  ///< characters since an unanswered phrase, -1 when none is pending
+  bool after_punct_ = false;
+  std::size_t scanned_ = 0;
+};
+
+using design_decision = phrase_trigger<detail_tags::design_decision>;
+using implementation_hint = phrase_trigger<detail_tags::implementation_hint>;
+
+/**
+ * Fires when a `__global__` function's body closes (its braces balance back
+ * to zero), in a fence or inline in prose: think-then-write traces that write
+ * code without fences.
+ */
+class function_body_complete {
+ public:
+  struct params {
+    int samples = 2;
+    template <class Self, class F>
+    static void fields(Self& s, F&& f) {
+      f("samples", s.samples);
+    }
+    [[nodiscard]] std::string invalid() const { return detail::check_samples(samples); }
+    friend bool operator==(const params&, const params&) = default;
+    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
+  };
+
+  function_body_complete() : function_body_complete(params{}) {}
+  explicit function_body_complete(params p) : p_(p) { detail::require_valid(p_, "function_body_complete"); }
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context&) {
+    const bool fired = detail::scan_new_text(v, scanned_, [&](char c) { return body_.feed(c, fences_.feed(c)); });
+    return fired ? std::optional<trigger_fire>(trigger_fire{name(), p_.samples}) : std::nullopt;
+  }
+  [[nodiscard]] std::string name() const { return "function_body_complete"; }
+  [[nodiscard]] const params& get_params() const noexcept { return p_; }
+  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
+
+ private:
+  params p_;
+  detail::fence_tracker fences_;
+  detail::body_tracker body_;
+  std::size_t scanned_ = 0;
+};
+
+/// Fires each time the reasoning crosses a multiple of `every_tokens`.
+class token_interval {
+ public:
+  struct params {
+    int samples = 1;
+    std::uint64_t every_tokens = 1024;
+    template <class Self, class F>
+    static void fields(Self& s, F&& f) {
+      f("samples", s.samples);
+      f("every_tokens", s.every_tokens);
+    }
+    [[nodiscard]] std::string invalid() const {
+      if (auto s = detail::check_samples(samples); !s.empty()) return s;
+      return every_tokens >= 1 ? std::string{} : std::string("every_tokens must be >= 1");
+    }
+    friend bool operator==(const params&, const params&) = default;
+    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
+  };
+
+  token_interval() : token_interval(params{}) {}
+  explicit token_interval(params p) : p_(p), next_(p.every_tokens) { detail::require_valid(p_, "token_interval"); }
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context&) {
+    if (v.tokens < next_) return std::nullopt;
+    next_ = (v.tokens / p_.every_tokens + 1) * p_.every_tokens;
+    return trigger_fire{name(), p_.samples};
+  }
+  [[nodiscard]] std::string name() const { return "token_interval"; }
+  [[nodiscard]] const params& get_params() const noexcept { return p_; }
+  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
+
+ private:
+  params p_;
+  std::uint64_t next_;
+};
+
+/**
+ * Fires when validation capacity would otherwise sit idle: a validation
+ * device is idle, the validation queue is empty and none of this stream's
+ * forks is still generating. At most once per `min_tokens` reasoning tokens
+ * (and not before the first `min_tokens`), so idle ticks cannot fork the same
+ * prefix twice.
+ */
+class idle_resources {
+ public:
+  struct params {
+    int samples = 1;
+    std::uint64_t min_tokens = 512;
+    template <class Self, class F>
+    static void fields(Self& s, F&& f) {
+      f("samples", s.samples);
+      f("min_tokens", s.min_tokens);
+    }
+    [[nodiscard]] std::string invalid() const { return detail::check_samples(samples); }
+    friend bool operator==(const params&, const params&) = default;
+    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
+  };
+
+  idle_resources() : idle_resources(params{}) {}
+  explicit idle_resources(params p) : p_(p) { detail::require_valid(p_, "idle_resources"); }
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) {
+    const bool idle = c.idle_validation > 0 && c.validation_queue == 0 && c.forks_in_flight == 0;
+    if (!idle || v.tokens < last_ + p_.min_tokens) return std::nullopt;
+    last_ = v.tokens;
+    return trigger_fire{name(), p_.samples};
+  }
+  [[nodiscard]] std::string name() const { return "idle_resources"; }
+  [[nodiscard]] const params& get_params() const noexcept { return p_; }
+  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
+
+ private:
+  params p_;
+  std::uint64_t last_ = 0;
+};
+
+/**
+ * The first member that fires wins; every member sees every chunk, so the
+ * text triggers' scanning state stays current.
+ *
+ * @code
+ *   specgen::triggers::any_of t{specgen::triggers::fence_closed{}, specgen::triggers::design_decision{}};
+ * @endcode
+ */
+class any_of {
+ public:
+  explicit any_of(std::vector<any_trigger> members) : members_(std::move(members)) {}
+  template <class... Ts>
+    requires(sizeof...(Ts) >= 2 && (trigger_policy<std::remove_cvref_t<Ts>> && ...))
+  explicit any_of(Ts&&... ts) {
+    (members_.emplace_back(std::forward<Ts>(ts)), ...);
+  }
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) {
+    std::optional<trigger_fire> first;
+    for (auto& m : members_)
+      if (auto f = m.on_chunk(v, c); f && !first) first = std::move(f);
+    return first;
+  }
+  [[nodiscard]] std::string name() const { return "any_of"; }
+  [[nodiscard]] const std::vector<any_trigger>& members() const noexcept { return members_; }
+  [[nodiscard]] nlohmann::json config() const {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& m : members_) list.push_back(m.config());
+    return {{name(), std::move(list)}};
+  }
+
+ private:
+  std::vector<any_trigger> members_;
+};
+
+/**
+ * Limits on forking, applied around any trigger by `gated`. A fire of the
+ * inner trigger while the gate is shut is dropped, not deferred: forks then
+ * always happen at a meaningful point of the text (a closed fence, a finished
+ * sentence), never in the middle of the next draft.
+ */
+struct gate {
+  std::uint64_t min_gap_tokens = 0;     ///< reasoning tokens since this stream's last fork
+  std::uint64_t min_prefix_tokens = 0;  ///< reasoning tokens before the first fork
+  int max_forks_per_round = std::numeric_limits<int>::max();
+  int max_forks_in_flight = std::numeric_limits<int>::max();  ///< of this stream, still generating
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("min_gap_tokens", s.min_gap_tokens);
+    f("min_prefix_tokens", s.min_prefix_tokens);
+    f("max_forks_per_round", s.max_forks_per_round);
+    f("max_forks_in_flight", s.max_forks_in_flight);
+  }
+  [[nodiscard]] std::string invalid() const {
+    if (max_forks_per_round < 0) return fmt::format("max_forks_per_round must be >= 0, got {}", max_forks_per_round);
+    if (max_forks_in_flight < 0) return fmt::format("max_forks_in_flight must be >= 0, got {}", max_forks_in_flight);
+    return {};
+  }
+  /// True when a fork may happen now.
+  [[nodiscard]] bool open(const stream_view& v, const trigger_context& c) const noexcept {
+    return v.tokens >= min_prefix_tokens && c.tokens_since_fork >= min_gap_tokens &&
+           c.forks_this_round < max_forks_per_round && c.forks_in_flight < max_forks_in_flight;
+  }
+  friend bool operator==(const gate&, const gate&) = default;
+  friend void to_json(nlohmann::json& j, const gate& g) { j = detail::write_fields(g); }
+};
+
+/**
+ * A trigger behind a `gate`. The inner trigger sees every chunk (its state
+ * stays current); only its fires are filtered.
+ *
+ * @code
+ *   specgen::triggers::gated t{specgen::triggers::fence_closed{}, {.min_gap_tokens = 256}};
+ * @endcode
+ */
+template <trigger_policy T>
+class gated {
+ public:
+  gated(T inner, gate g) : inner_(std::move(inner)), gate_(g) { detail::require_valid(gate_, "gate"); }
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) {
+    auto f = inner_.on_chunk(v, c);
+    if (!f || !gate_.open(v, c)) return std::nullopt;
+    return f;
+  }
+  /// The inner trigger's name: the gate only filters.
+  [[nodiscard]] std::string name() const { return std::string(inner_.name()); }
+  [[nodiscard]] const T& inner() const noexcept { return inner_; }
+  [[nodiscard]] const gate& limits() const noexcept { return gate_; }
+  [[nodiscard]] nlohmann::json config() const {
+    nlohmann::json j = detail::config_of(inner_);
+    if (j.is_object()) j["gate"] = gate_;
+    return j;
+  }
+
+ private:
+  T inner_;
+  gate gate_;
+};
+
+}  // namespace triggers
+
+static_assert(trigger_policy<triggers::never>);
+static_assert(trigger_policy<triggers::fence_closed>);
+static_assert(trigger_policy<triggers::design_decision>);
+static_assert(trigger_policy<triggers::implementation_hint>);
+static_assert(trigger_policy<triggers::function_body_complete>);
+static_assert(trigger_policy<triggers::token_interval>);
+static_assert(trigger_policy<triggers::idle_resources>);
+static_assert(trigger_policy<triggers::any_of>);
+static_assert(trigger_policy<triggers::gated<any_trigger>>);
+static_assert(trigger_policy<any_trigger>);
+
+namespace detail {
+
+inline constexpr std::string_view trigger_kinds =
+    "fence_closed, design_decision, implementation_hint, function_body_complete, token_interval, idle_resources, "
+    "never, any_of, default";
+
+template <class T>
+expected<any_trigger, error> make_text_trigger(const nlohmann::json& body, const std::string& kind) {
+  auto p = read_fields<typename T::params>(body, kind);
+  if (!p) return unexpected(p.error());
+  return any_trigger(T(std::move(*p)));
+}
+
+}  // namespace detail
+
+/**
+ * The paper's trigger set: fence closed, design decision, implementation
+ * hint, function body complete and idle resources, behind a gate.
+ *
+ * The paper gives neither K nor any spacing; these values are this project's
+ * choices: K = 2 for text triggers (two samples at temperature 0.1 differ
+ * enough to be worth a second validation slot) and K = 1 on idle ticks; at
+ * least 256 reasoning tokens before the first fork and between forks (a
+ * draft-early trace rewrites its kernel about every 180 tokens, so a fork
+ * catches at most one draft per revision); at most 24 forks per round and 4
+ * in flight per stream (bounds the extra tokens of a 32K-token trace).
+ */
+inline any_trigger default_trigger() {
+  return triggers::gated<any_trigger>(
+      triggers::any_of(triggers::fence_closed{}, triggers::design_decision{}, triggers::implementation_hint{},
+                       triggers::function_body_complete{}, triggers::idle_resources{}),
+      triggers::gate{.min_gap_tokens = 256, .min_prefix_tokens = 256, .max_forks_per_round = 24, .max_forks_in_flight = 4});
+}
+
+/**
+ * Builds a trigger from JSON. A config is a name (`"never"`, `"default"`,
+ * `"fence_closed"` with default params), or an object with one kind key and
+ * an optional sibling `"gate"`:
+ *
+ * @code
+ *   auto t = specgen::make_trigger(nlohmann::json::parse(R"({
+ *     "any_of": [{"fence_closed": {"samples": 2}}, {"design_decision": {"samples": 2}}],
+ *     "gate": {"min_gap_tokens": 256, "max_forks_per_round": 24}})"));
+ *   if (!t) std::cerr << t.error().message;   // e.g. "trigger fence_closed: unknown parameter 'sample' ..."
+ * @endcode
+ *
+ * `make_trigger(t.config())` rebuilds `t` with fresh state.
+ */
+inline expected<any_trigger, error> make_trigger(const nlohmann::json& j) {
+  auto cfg = detail::split_config(j, "trigger", detail::trigger_kinds, {"gate"});
+  if (!cfg) return unexpected(cfg.error());
+  const std::string& kind = cfg->kind;
+  const std::string what = "trigger " + kind;
+  expected<any_trigger, error> inner = unexpected(error{});
+  if (kind == "fence_closed") inner = detail::make_text_trigger<triggers::fence_closed>(cfg->body, what);
+  else if (kind == "design_decision") inner = detail::make_text_trigger<triggers::design_decision>(cfg->body, what);
+  else if (kind == "implementation_hint") inner = detail::make_text_trigger<triggers::implementation_hint>(cfg->body, what);
+  else if (kind == "function_body_complete") inner = detail::make_text_trigger<triggers::function_body_complete>(cfg->body, what);
+  else if (kind == "token_interval") inner = detail::make_text_trigger<triggers::token_interval>(cfg->body, what);
+  else if (kind == "idle_resources") inner = detail::make_text_trigger<triggers::idle_resources>(cfg->body, what);
+  else if (kind == "never" || kind == "default") {
+    if (!cfg->body.is_null() && !(cfg->body.is_object() && cfg->body.empty()))
+      return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, cfg->body.dump())});
+    inner = kind == "never" ? any_trigger(triggers::never{}) : default_trigger();
+  } else if (kind == "any_of") {
+    if (!cfg->body.is_array() || cfg->body.empty())
+      return unexpected(error{fmt::format("{}: expected a non-empty array of trigger configs, got {}", what, cfg->body.dump())});
+    std::vector<any_trigger> members;
+    for (std::size_t i = 0; i < cfg->body.size(); ++i) {
+      auto m = make_trigger(cfg->body[i]);
+      if (!m) return unexpected(error{fmt::format("trigger any_of[{}]: {}", i, m.error().message)});
+      members.push_back(std::move(*m));
+    }
+    inner = any_trigger(triggers::any_of(std::move(members)));
+  } else {
+    return unexpected(error{fmt::format("trigger: unknown kind '{}' (known: {})", kind, detail::trigger_kinds)});
+  }
+  if (!inner || !j.is_object() || !j.contains("gate")) return inner;
+  auto g = detail::read_fields<triggers::gate>(j["gate"], what + " gate");
+  if (!g) return unexpected(g.error());
+  return any_trigger(triggers::gated<any_trigger>(std::move(*inner), *g));
+}
+
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,483 @@
+#pragma once
+/// Task files: JSON in, a checked `task` out, and back.
+///
+/// Everything a task file can get wrong is reported as a `task_error` naming
+/// the file and the JSON pointer of the offending field, so a person can fix
+/// it without reading this code. The schema is documented in docs/task-format.md.
+///
+/// @code
+///   auto t = specgen::load_task("tasks/examples/softmax.json");
+///   if (!t) { std::cerr << t.error().what() << '\n'; return 1; }
+///   // e.g. "tasks/examples/softmax.json: /inputs/0/shape/1: unknown name 'K' (symbols: N, M)"
+///   auto suite = specgen::load_suite("tasks/examples");   // every *.json, sorted by task name
+/// @endcode
+#include <specgen/detail/config.hpp>
+#include <specgen/expected.hpp>
+#include <specgen/expr.hpp>
+#include <specgen/plan.hpp>
+#include <specgen/task.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+
+/// Why a task could not be loaded: the file, the JSON pointer of the field
+/// (e.g. "/inputs/2/shape/0"; "" for the whole file) and what is wrong.
+struct task_error {
+  std::string file{};
+  std::string field{};
+  std::string message{};
+
+  /// "file: field: message".
+  [[nodiscard]] std::string what() const {
+    return fmt::format("{}: {}: {}", file.empty() ? "<task>" : file, field.empty() ? "/" : field, message);
+  }
+  friend bool operator==(const task_error&, const task_error&) = default;
+};
+
+namespace detail {
+
+/// "N=1000,M=77": a shape as `mismatch_stats::shape` and error messages show it.
+inline std::string binding_text(const shape_binding& b) {
+  std::string out;
+  for (const auto& [k, v] : b) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
+  return out;
+}
+
+/// RFC 6901 escaping of one reference token.
+inline std::string pointer_token(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+inline bool is_task_name(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_name_char(c) || c == '-' || c == '.'; });
+}
+
+/// Reads the JSON shape of a task; the meaning is checked by `validate_task`.
+class task_reader {
+ public:
+  task_reader(std::string file, std::filesystem::path dir) : file_(std::move(file)), dir_(std::move(dir)) {}
+
+  expected<task, task_error> read(const nlohmann::json& j) {
+    task t;
+    t.file = file_;
+    if (auto e = keys(j, "", {"name", "description", "symbols", "benchmark_shape", "validation_shapes", "inputs",
+                              "outputs", "reference", "baseline", "compile_options"},
+                      {"name", "description", "symbols", "benchmark_shape", "validation_shapes", "outputs",
+                       "reference"}))
+      return unexpected(std::move(*e));
+    if (auto e = string(j["name"], "/name", t.name)) return unexpected(std::move(*e));
+    if (auto e = text(j["description"], "/description", t.description)) return unexpected(std::move(*e));
+    if (auto e = strings(j["symbols"], "/symbols", t.symbols)) return unexpected(std::move(*e));
+    if (auto e = binding(j["benchmark_shape"], "/benchmark_shape", t.benchmark_shape)) return unexpected(std::move(*e));
+    const auto& shapes = j["validation_shapes"];
+    if (!shapes.is_array()) return unexpected(err("/validation_shapes", "must be an array of shapes like {\"N\": 1000}"));
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      t.validation_shapes.emplace_back();
+      if (auto e = binding(shapes[i], fmt::format("/validation_shapes/{}", i), t.validation_shapes.back()))
+        return unexpected(std::move(*e));
+    }
+    if (j.contains("inputs"))
+      if (auto e = tensors(j["inputs"], "/inputs", true, t.inputs)) return unexpected(std::move(*e));
+    if (auto e = tensors(j["outputs"], "/outputs", false, t.outputs)) return unexpected(std::move(*e));
+    if (auto e = impl(j["reference"], "/reference", t.reference)) return unexpected(std::move(*e));
+    if (j.contains("baseline")) {
+      if (auto e = impl(j["baseline"], "/baseline", t.baseline)) return unexpected(std::move(*e));
+    } else {
+      t.baseline = t.reference;
+    }
+    if (j.contains("compile_options"))
+      if (auto e = strings(j["compile_options"], "/compile_options", t.compile_options)) return unexpected(std::move(*e));
+    return t;
+  }
+
+ private:
+  using maybe_error = std::optional<task_error>;
+  using json = nlohmann::json;
+
+  task_error err(std::string field, std::string message) const {
+    return task_error{file_, std::move(field), std::move(message)};
+  }
+
+  static std::string type_name(const json& j) { return j.type_name(); }
+
+  maybe_error keys(const json& j, const std::string& at, std::initializer_list<std::string_view> allowed,
+                   std::initializer_list<std::string_view> required) const {
+    if (!j.is_object()) return err(at, fmt::format("must be an object, got {}", type_name(j)));
+    for (const auto& [k, v] : j.items()) {
+      if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
+      std::string msg = fmt::format("unknown key '{}'", k);
+      const auto best = std::min_element(allowed.begin(), allowed.end(), [&](auto a, auto b) {
+        return edit_distance(k, a) < edit_distance(k, b);
+      });
+      if (edit_distance(k, *best) <= 2) msg += fmt::format(" (did you mean '{}'?)", *best);
+      msg += fmt::format("; allowed: {}", fmt::join(allowed, ", "));
+      return err(at + "/" + pointer_token(k), msg);
+    }
+    for (auto k : required)
+      if (!j.contains(k)) return err(at, fmt::format("missing required key '{}'", k));
+    return std::nullopt;
+  }
+
+  maybe_error string(const json& j, const std::string& at, std::string& out) const {
+    if (!j.is_string()) return err(at, fmt::format("must be a string, got {}", type_name(j)));
+    out = j.get<std::string>();
+    return std::nullopt;
+  }
+
+  /// Multi-line text: a string, or an array of lines (joined with '\n', each line terminated).
+  maybe_error text(const json& j, const std::string& at, std::string& out) const {
+    if (j.is_string()) return string(j, at, out);
+    if (!j.is_array()) return err(at, fmt::format("must be a string or an array of lines, got {}", type_name(j)));
+    out.clear();
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      if (!j[i].is_string()) return err(fmt::format("{}/{}", at, i), fmt::format("must be a string, got {}", type_name(j[i])));
+      out += j[i].get<std::string>();
+      out += '\n';
+    }
+    return std::nullopt;
+  }
+
+  maybe_error strings(const json& j, const std::string& at, std::vector<std::string>& out) const {
+    if (!j.is_array()) return err(at, fmt::format("must be an array of strings, got {}", type_name(j)));
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      out.emplace_back();
+      if (auto e = string(j[i], fmt::format("{}/{}", at, i), out.back())) return e;
+    }
+    return std::nullopt;
+  }
+
+  maybe_error binding(const json& j, const std::string& at, shape_binding& out) const {
+    if (!j.is_object()) return err(at, fmt::format("must be an object like {{\"N\": 1000}}, got {}", type_name(j)));
+    for (const auto& [k, v] : j.items()) {
+      const std::string field = at + "/" + pointer_token(k);
+      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX))
+        return err(field, fmt::format("must be an integer, got {}", v.dump()));
+      out[k] = v.get<std::int64_t>();
+    }
+    return std::nullopt;
+  }
+
+  maybe_error tensors(const json& j, const std::string& at, bool inputs, std::vector<tensor_spec>& out) const {
+    if (!j.is_array()) return err(at, fmt::format("must be an array of buffers, got {}", type_name(j)));
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      const std::string base = fmt::format("{}/{}", at, i);
+      const json& b = j[i];
+      auto e = inputs ? keys(b, base, {"name", "dtype", "shape", "init"}, {"name", "dtype", "shape"})
+                      : keys(b, base, {"name", "dtype", "shape", "tolerance"}, {"name", "dtype", "shape"});
+      if (e) return e;
+      tensor_spec s;
+      if ((e = string(b["name"], base + "/name", s.name))) return e;
+      std::string name;
+      if ((e = string(b["dtype"], base + "/dtype", name))) return e;
+      const auto type = parse_dtype(name);
+      if (!type) return err(base + "/dtype", fmt::format("unknown dtype '{}' (known: {})", name, fmt::join(dtype_names, ", ")));
+      s.type = *type;
+      const json& shape = b["shape"];
+      if (!shape.is_array()) return err(base + "/shape", fmt::format("must be an array of size expressions, got {}", type_name(shape)));
+      for (std::size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d].is_number_integer()) s.shape.push_back(shape[d].dump());
+        else if (shape[d].is_string()) s.shape.push_back(shape[d].get<std::string>());
+        else return err(fmt::format("{}/shape/{}", base, d), fmt::format("must be a size expression (string) or an integer, got {}", shape[d].dump()));
+      }
+      if (inputs && b.contains("init")) {
+        if ((e = string(b["init"], base + "/init", name))) return e;
+        const auto init = parse_distribution(name);
+        if (!init)
+          return err(base + "/init",
+                     fmt::format("unknown distribution '{}' (known: {})", name, fmt::join(distribution_names, ", ")));
+        s.init = *init;
+      }
+      if (!inputs) {
+        s.tol = default_tolerance(s.type);
+        if (b.contains("tolerance")) {
+          const json& tol = b["tolerance"];
+          if ((e = keys(tol, base + "/tolerance", {"abs", "rel"}, {}))) return e;
+          for (auto [key, dst] : {std::pair{"abs", &s.tol.abs}, std::pair{"rel", &s.tol.rel}}) {
+            if (!tol.contains(key)) continue;
+            if (!tol[key].is_number())
+              return err(fmt::format("{}/tolerance/{}", base, key), fmt::format("must be a number, got {}", tol[key].dump()));
+            *dst = tol[key].get<double>();
+          }
+        }
+      }
+      out.push_back(std::move(s));
+    }
+    return std::nullopt;
+  }
+
+  maybe_error impl(const json& j, const std::string& at, implementation& out) const {
+    if (auto e = keys(j, at, {"source", "source_file", "plan", "host"}, {})) return e;
+    if (j.contains("source") && j.contains("source_file"))
+      return err(at, "give either 'source' (inline) or 'source_file' (a path), not both");
+    if (j.contains("source"))
+      if (auto e = text(j["source"], at + "/source", out.source)) return e;
+    if (j.contains("source_file")) {
+      std::string rel;
+      if (auto e = string(j["source_file"], at + "/source_file", rel)) return e;
+      const std::filesystem::path p = std::filesystem::path(rel).is_absolute() ? std::filesystem::path(rel) : dir_ / rel;
+      std::ifstream in(p, std::ios::binary);
+      if (!in)
+        return err(at + "/source_file", fmt::format("cannot read '{}' (looked in '{}'): {}", rel, p.string(),
+                                                    std::strerror(errno)));
+      out.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    if (j.contains("plan"))
+      if (auto e = text(j["plan"], at + "/plan", out.plan)) return e;
+    if (j.contains("host"))
+      if (auto e = string(j["host"], at + "/host", out.host)) return e;
+    return std::nullopt;
+  }
+
+  std::string file_;
+  std::filesystem::path dir_;
+};
+
+}  // namespace detail
+
+/// Check a task's meaning: names, shapes on every binding, tolerances, and that
+/// the reference and baseline plans parse and resolve on every shape. Tasks
+/// built in code should pass this too; fields are named as in the JSON format.
+///
+/// @code
+///   if (auto ok = specgen::validate_task(t); !ok) std::cerr << ok.error().what();
+/// @endcode
+inline expected<void, task_error> validate_task(const task& t, const device_limits& limits = {}) {
+  using detail::is_identifier;
+  auto fail = [&](std::string field, std::string message) {
+    return unexpected(task_error{t.file, std::move(field), std::move(message)});
+  };
+  const std::string symbols_text = detail::join_names(t.symbols);
+
+  if (!detail::is_task_name(t.name))
+    return fail("/name", fmt::format("'{}' is not a task name: use letters, digits, '_', '-' and '.'", t.name));
+  if (t.description.empty()) return fail("/description", "must not be empty: it is what the model is asked to do");
+
+  for (std::size_t i = 0; i < t.symbols.size(); ++i) {
+    const auto& s = t.symbols[i];
+    const std::string field = fmt::format("/symbols/{}", i);
+    if (!is_identifier(s)) return fail(field, fmt::format("'{}' is not a name (letters, digits, '_')", s));
+    if (std::find(std::begin(detail::function_names), std::end(detail::function_names), s) != std::end(detail::function_names))
+      return fail(field, fmt::format("'{}' is a function of size expressions; choose another name", s));
+    if (std::find(t.symbols.begin(), t.symbols.begin() + static_cast<std::ptrdiff_t>(i), s) != t.symbols.begin() + static_cast<std::ptrdiff_t>(i))
+      return fail(field, fmt::format("symbol '{}' is declared twice", s));
+  }
+
+  if (t.outputs.empty()) return fail("/outputs", "at least one output is required");
+  std::vector<std::string> buffer_names;
+  // Parsed shapes, per buffer, in the order inputs then outputs.
+  std::vector<std::pair<std::string, std::vector<size_expr>>> shapes;
+  for (int out = 0; out < 2; ++out) {
+    const auto& list = out ? t.outputs : t.inputs;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const auto& b = list[i];
+      const std::string base = fmt::format("/{}/{}", out ? "outputs" : "inputs", i);
+      if (!is_identifier(b.name)) return fail(base + "/name", fmt::format("'{}' is not a name (letters, digits, '_')", b.name));
+      if (std::count(buffer_names.begin(), buffer_names.end(), b.name))
+        return fail(base + "/name", fmt::format("buffer '{}' is declared twice", b.name));
+      if (std::count(t.symbols.begin(), t.symbols.end(), b.name))
+        return fail(base + "/name", fmt::format("'{}' is already a size symbol", b.name));
+      buffer_names.push_back(b.name);
+      shapes.emplace_back(base, std::vector<size_expr>{});
+      for (std::size_t d = 0; d < b.shape.size(); ++d) {
+        const std::string field = fmt::format("{}/shape/{}", base, d);
+        auto e = parse_size_expr(b.shape[d]);
+        if (!e) return fail(field, e.error().what());
+        for (const auto& n : e->names())
+          if (!std::count(t.symbols.begin(), t.symbols.end(), n))
+            return fail(field, fmt::format("'{}' uses unknown name '{}' (symbols: {})", b.shape[d], n, symbols_text));
+        shapes.back().second.push_back(std::move(*e));
+      }
+      if (out) {
+        for (auto [key, v] : {std::pair{"abs", b.tol.abs}, std::pair{"rel", b.tol.rel}})
+          if (!(v >= 0) || !std::isfinite(v))
+            return fail(fmt::format("{}/tolerance/{}", base, key), fmt::format("must be finite and non-negative, got {}", v));
+      }
+    }
+  }
+
+  auto check_binding = [&](const shape_binding& b, const std::string& at) -> expected<void, task_error> {
+    for (const auto& s : t.symbols)
+      if (!b.count(s)) return fail(at, fmt::format("symbol '{}' has no value", s));
+    for (const auto& [k, v] : b) {
+      const std::string field = at + "/" + detail::pointer_token(k);
+      if (!std::count(t.symbols.begin(), t.symbols.end(), k))
+        return fail(field, fmt::format("'{}' is not a declared symbol (symbols: {})", k, symbols_text));
+      if (v < 1) return fail(field, fmt::format("must be at least 1, got {}", v));
+    }
+    for (const auto& [base, dims] : shapes) {
+      std::int64_t elements = 1;
+      for (std::size_t d = 0; d < dims.size(); ++d) {
+        const std::string field = fmt::format("{}/shape/{}", base, d);
+        auto v = dims[d].eval(b);
+        if (!v) return fail(field, fmt::format("at shape {}: {}", detail::binding_text(b), v.error().what()));
+        if (*v < 1)
+          return fail(field, fmt::format("at shape {}: '{}' = {}; dimensions must be at least 1",
+                                         detail::binding_text(b), dims[d].to_string(), *v));
+        if (__builtin_mul_overflow(elements, *v, &elements))
+          return fail(field, fmt::format("at shape {}: the element count overflows signed 64 bits",
+                                         detail::binding_text(b)));
+      }
+    }
+    return {};
+  };
+  if (auto ok = check_binding(t.benchmark_shape, "/benchmark_shape"); !ok) return ok;
+  if (t.validation_shapes.empty()) return fail("/validation_shapes", "at least one validation shape is required");
+  for (std::size_t i = 0; i < t.validation_shapes.size(); ++i)
+    if (auto ok = check_binding(t.validation_shapes[i], fmt::format("/validation_shapes/{}", i)); !ok) return ok;
+
+  for (int which = 0; which < 2; ++which) {
+    const implementation& im = which ? t.baseline : t.reference;
+    const std::string at = which ? "/baseline" : "/reference";
+    const bool device = !im.source.empty() || !im.plan.empty();
+    if (im.is_host() == device)
+      return fail(at, im.is_host() ? "give either 'host' or 'source' with 'plan', not both"
+                                   : "give 'source' (or 'source_file') with 'plan', or 'host'");
+    if (im.is_host()) continue;
+    if (im.source.empty()) return fail(at + "/source", "the plan needs device source: give 'source' or 'source_file'");
+    if (im.plan.empty()) return fail(at + "/plan", "the source needs a launch plan: give 'plan'");
+    auto plan = parse_plan(im.plan);
+    if (!plan) return fail(at + "/plan", plan.error().what());
+    for (const auto& k : kernel_names(*plan)) {
+      // A whole-word occurrence is enough here: the compiler gives the precise error.
+      bool found = false;
+      for (std::size_t p = im.source.find(k); p != std::string::npos && !found; p = im.source.find(k, p + 1)) {
+        const bool left = p == 0 || !detail::is_name_char(im.source[p - 1]);
+        const bool right = p + k.size() == im.source.size() || !detail::is_name_char(im.source[p + k.size()]);
+        found = left && right;
+      }
+      if (!found) return fail(at + "/plan", fmt::format("launches kernel '{}', which the source does not define", k));
+    }
+    auto resolve_at = [&](const shape_binding& b) -> expected<void, task_error> {
+      auto r = resolve(*plan, t, b, limits);
+      if (!r) return fail(at + "/plan", fmt::format("at shape {}: {}", detail::binding_text(b), r.error().what()));
+      return {};
+    };
+    if (auto ok = resolve_at(t.benchmark_shape); !ok) return ok;
+    for (const auto& b : t.validation_shapes)
+      if (auto ok = resolve_at(b); !ok) return ok;
+  }
+  for (std::size_t i = 0; i < t.compile_options.size(); ++i)
+    if (t.compile_options[i].empty()) return fail(fmt::format("/compile_options/{}", i), "must not be empty");
+  return {};
+}
+
+/// Read and check a task from parsed JSON. `file` names it in errors and is
+/// the base of relative `source_file` paths.
+inline expected<task, task_error> parse_task(const nlohmann::json& j, std::string_view file) {
+  const std::filesystem::path path(file);
+  auto t = detail::task_reader(std::string(file), path.parent_path()).read(j);
+  if (!t) return t;
+  if (auto ok = validate_task(*t); !ok) return unexpected(ok.error());
+  return t;
+}
+
+/// Load and check one task file (JSON; `//` and `/* */` comments allowed).
+inline expected<task, task_error> load_task(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return unexpected(task_error{file, "", fmt::format("cannot open the file: {}", std::strerror(errno))});
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::parse_error& e) {
+    return unexpected(task_error{file, "", fmt::format("not valid JSON: {}", e.what())});
+  }
+  return parse_task(j, file);
+}
+
+/// Load every `*.json` file of `directory` (not recursive) as a task, sorted
+/// by task name. Two files defining the same task name are an error.
+inline expected<std::vector<task>, task_error> load_suite(const std::filesystem::path& directory) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> files;
+  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".json" && it->is_regular_file()) files.push_back(it->path());
+  if (ec) return unexpected(task_error{directory.string(), "", fmt::format("cannot list the directory: {}", ec.message())});
+  if (files.empty()) return unexpected(task_error{directory.string(), "", "no *.json task files in the directory"});
+  std::sort(files.begin(), files.end());
+  std::vector<task> suite;
+  for (const auto& f : files) {
+    auto t = load_task(f);
+    if (!t) return unexpected(t.error());
+    suite.push_back(std::move(*t));
+  }
+  std::stable_sort(suite.begin(), suite.end(), [](const task& a, const task& b) { return a.name < b.name; });
+  for (std::size_t i = 1; i < suite.size(); ++i)
+    if (suite[i].name == suite[i - 1].name)
+      return unexpected(task_error{suite[i].file, "/name",
+                                   fmt::format("task '{}' is also defined in {}", suite[i].name, suite[i - 1].file)});
+  return suite;
+}
+
+/// The task as JSON in the task-file format; `parse_task` of it gives the task
+/// back (sources are written inline, the baseline always explicitly).
+inline nlohmann::json to_json(const task& t) {
+  using json = nlohmann::json;
+  auto tensors = [](const std::vector<tensor_spec>& list, bool inputs) {
+    json out = json::array();
+    for (const auto& b : list) {
+      json j{{"name", b.name}, {"dtype", to_string(b.type)}, {"shape", b.shape}};
+      if (inputs) j["init"] = to_string(b.init);
+      else j["tolerance"] = {{"abs", b.tol.abs}, {"rel", b.tol.rel}};
+      out.push_back(std::move(j));
+    }
+    return out;
+  };
+  auto impl = [](const implementation& im) {
+    if (im.is_host()) return json{{"host", im.host}};
+    return json{{"source", im.source}, {"plan", im.plan}};
+  };
+  return json{{"name", t.name},
+              {"description", t.description},
+              {"symbols", t.symbols},
+              {"benchmark_shape", t.benchmark_shape},
+              {"validation_shapes", t.validation_shapes},
+              {"inputs", tensors(t.inputs, true)},
+              {"outputs", tensors(t.outputs, false)},
+              {"reference", impl(t.reference)},
+              {"baseline", impl(t.baseline)},
+              {"compile_options", t.compile_options}};
+}
+
+/// nlohmann's conversion hook, so `nlohmann::json j = task;` works.
+inline void to_json(nlohmann::json& j, const task& t) { j = to_json(t); }
+
+SPECGEN_END_NAMESPACE

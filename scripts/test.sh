@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The project's test command: install what is missing (Debian 12), configure,
+# build everything with warnings as errors, run every test. Exits with ctest's
+# status. Works from any directory.
+#
+#   scripts/test.sh                          # build/ in the repository
+#   scripts/test.sh --build-dir /tmp/b -- -R packaging -j4
+#
+# Environment: CMAKE_BUILD_PARALLEL_LEVEL (build jobs, default: all cores),
+# CTEST_PARALLEL_LEVEL (tests run at once, default: all cores).
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/test.sh [--build-dir DIR] [--no-install] [-- CTEST_ARGS...]
+
+  --build-dir DIR  build tree to configure and build (default: <repo>/build)
+  --no-install     do not install missing Debian packages
+  -- ARGS          passed to ctest, e.g. -- -R packaging
+EOF
+}
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir="$repo/build"
+install_missing=1
+ctest_args=()
+
+while (($#)); do
+  case "$1" in
+    --build-dir)
+      (($# >= 2)) || { echo "test.sh: --build-dir needs a directory" >&2; exit 2; }
+      build_dir=$2
+      shift 2
+      ;;
+    --build-dir=*) build_dir=${1#*=}; shift ;;
+    --no-install) install_missing=0; shift ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; ctest_args=("$@"); break ;;
+    *) echo "test.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+# Relative to where the caller stands, not to the repository.
+case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
+
+# Debian package names of everything the build and the tests need.
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcurl4-openssl-dev pkg-config)
+
+install_packages() {
+  if ! command -v dpkg-query >/dev/null; then
+    echo "test.sh: not a Debian system; make sure these (or equivalents) are installed: ${packages[*]}" >&2
+    return
+  fi
+  local missing=() p
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null ||
+      { echo "test.sh: missing packages (${missing[*]}) and not root, no sudo; install them or use --no-install" >&2; exit 1; }
+    sudo=(sudo)
+  fi
+  echo "test.sh: installing ${missing[*]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+if ((install_missing)); then install_packages; fi
+
+cmake_args=(-S "$repo" -B "$build_dir" -G Ninja -DSPECGEN_WERROR=ON)
+# GPU components use the toolkit when it is there; nothing requires it.
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  cmake_args+=(-DCUDAToolkit_ROOT=/usr/local/cuda)
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$jobs}
+export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$jobs}
+
+cmake "${cmake_args[@]}"
+cmake --build "$build_dir"
+
+exec ctest --test-dir "$build_dir" --output-on-failure "${ctest_args[@]}"

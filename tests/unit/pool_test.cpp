@@ -1,0 +1,156 @@
+#include <specgen/policy/pool.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace specgen;
+using nlohmann::json;
+
+TEST_CASE("pool policies model the concept, and so does any_pool") {
+  STATIC_REQUIRE(pool_policy<static_split>);
+  STATIC_REQUIRE(pool_policy<elastic>);
+  STATIC_REQUIRE(pool_policy<any_pool>);
+}
+
+TEST_CASE("a static split ignores the queues and never rebalances") {
+  const static_split s{.validation_fraction = 0.25};
+  CHECK(s.validation_devices({}, 8) == 2);
+  CHECK(s.validation_devices({.validation = 100, .profiling = 0}, 8) == 2);
+  CHECK(s.validation_devices({}, 3) == 1);  // 0.75 rounds to 1
+  CHECK(s.rebalance_interval() == duration{0});
+  CHECK(s.validation_order() == queue_order::fifo);
+  CHECK(static_split{.validation_fraction = 0.5}.validation_devices({}, 3) == 2);  // halves round up
+  CHECK(static_split{.validation_fraction = 7.0}.validation_devices({}, 4) == 4);  // clamped to the pool
+  CHECK(s.validation_devices({}, 0) == 0);
+}
+
+TEST_CASE("elastic splits in proportion to the previous epoch's peak queues, rounded to nearest") {
+  const elastic e;
+  CHECK(e.validation_devices({.validation = 6, .profiling = 2}, 8) == 6);
+  CHECK(e.validation_devices({.validation = 1, .profiling = 3}, 8) == 2);
+  CHECK(e.validation_devices({.validation = 1, .profiling = 2}, 8) == 3);  // 2.67 -> 3
+  CHECK(e.validation_devices({.validation = 1, .profiling = 1}, 3) == 2);  // 1.5 -> 2
+  CHECK(e.validation_devices({.validation = 2, .profiling = 5}, 7) == 2);
+}
+
+TEST_CASE("elastic splits evenly when both queues stayed empty, the odd device validating") {
+  const elastic e;
+  CHECK(e.validation_devices({}, 8) == 4);
+  CHECK(e.validation_devices({}, 5) == 3);
+  CHECK(e.validation_devices({}, 2) == 1);
+}
+
+TEST_CASE("elastic always keeps min_validation devices validating") {
+  CHECK(elastic{}.validation_devices({.validation = 0, .profiling = 50}, 8) == 1);
+  CHECK(elastic{.min_validation = 3}.validation_devices({.validation = 0, .profiling = 50}, 8) == 3);
+  // validation wins over the profiling floor when the pool is too small for both
+  CHECK(elastic{}.validation_devices({.validation = 0, .profiling = 50}, 1) == 1);
+  CHECK(elastic{.min_validation = 5, .min_profiling = 5}.validation_devices({}, 6) == 5);
+  CHECK(elastic{.min_validation = 9}.validation_devices({}, 4) == 4);
+}
+
+TEST_CASE("elastic keeps min_profiling devices profiling when devices remain") {
+  CHECK(elastic{}.validation_devices({.validation = 50, .profiling = 0}, 8) == 7);
+  CHECK(elastic{.min_profiling = 0}.validation_devices({.validation = 50, .profiling = 0}, 8) == 8);
+  CHECK(elastic{.min_profiling = 3}.validation_devices({.validation = 50, .profiling = 1}, 8) == 5);
+  CHECK(elastic{}.validation_devices({.validation = 50, .profiling = 0}, 2) == 1);
+  CHECK(elastic{}.validation_devices({}, 0) == 0);
+}
+
+TEST_CASE("elastic defaults to the paper's latest-arrival-first validation and 5 s epochs") {
+  const elastic e;
+  CHECK(e.validation_order() == queue_order::lifo);
+  CHECK(e.rebalance_interval() == seconds(5));
+  CHECK(e.name() == "elastic");
+}
+
+TEST_CASE("queue orders print and parse by name") {
+  CHECK(to_string(queue_order::lifo) == "lifo");
+  CHECK(parse_queue_order("fifo") == queue_order::fifo);
+  CHECK_FALSE(parse_queue_order("LIFO").has_value());
+}
+
+TEST_CASE("any_pool forwards to the policy it holds and gives its params back") {
+  any_pool p = static_split{.validation_fraction = 0.75, .validation = queue_order::lifo};
+  CHECK(p.name() == "static_split");
+  CHECK(p.validation_devices({}, 4) == 3);
+  CHECK(p.validation_order() == queue_order::lifo);
+  REQUIRE(p.target<static_split>() != nullptr);
+  CHECK(p.target<static_split>()->validation_fraction == 0.75);
+  CHECK(p.target<elastic>() == nullptr);
+
+  const any_pool copy = p;
+  CHECK(copy.target<static_split>() == p.target<static_split>());  // copies share the immutable policy
+}
+
+TEST_CASE("a default any_pool is the paper's elastic policy") {
+  const any_pool p;
+  REQUIRE(p.target<elastic>() != nullptr);
+  CHECK(*p.target<elastic>() == elastic{});
+}
+
+namespace {
+struct everything_validates {
+  int validation_devices(const queue_peaks&, int devices) const { return devices; }
+  queue_order validation_order() const { return queue_order::fifo; }
+  duration rebalance_interval() const { return duration{0}; }
+  const char* name() const { return "everything_validates"; }
+};
+}  // namespace
+
+TEST_CASE("any_pool holds a user's policy; without to_json its params are an empty object") {
+  const any_pool p = everything_validates{};
+  CHECK(p.validation_devices({}, 6) == 6);
+  CHECK(json(p) == json{{"everything_validates", json::object()}});
+}
+
+TEST_CASE("make_pool reads a policy by name with its defaults, or with params") {
+  auto by_name = make_pool("elastic");
+  REQUIRE(by_name);
+  CHECK(*by_name->target<elastic>() == elastic{});
+
+  auto with_params = make_pool(json::parse(
+      R"({"elastic":{"min_validation":2,"min_profiling":0,"validation":"fifo","interval_s":2.5}})"));
+  REQUIRE(with_params);
+  CHECK(*with_params->target<elastic>() ==
+        elastic{.min_validation = 2, .min_profiling = 0, .validation = queue_order::fifo, .interval = seconds(2.5)});
+
+  auto split = make_pool(json::parse(R"({"static_split":{"validation_fraction":0.25}})"));
+  REQUIRE(split);
+  CHECK(*split->target<static_split>() == static_split{.validation_fraction = 0.25});
+}
+
+TEST_CASE("to_json writes what make_pool reads back to an equal policy") {
+  const elastic e{.min_validation = 3, .validation = queue_order::fifo, .interval = seconds(0.25)};
+  const static_split s{.validation_fraction = 0.125, .validation = queue_order::lifo};
+  const json je = any_pool(e);
+  const json js = any_pool(s);
+  CHECK(je == json::parse(
+                  R"({"elastic":{"min_validation":3,"min_profiling":1,"validation":"fifo","interval_s":0.25}})"));
+  CHECK(*make_pool(je)->target<elastic>() == e);
+  CHECK(*make_pool(js)->target<static_split>() == s);
+  CHECK(json(e).get<elastic>() == e);
+  CHECK(json(s).get<static_split>() == s);
+}
+
+TEST_CASE("make_pool rejects configs with a message that names the problem") {
+  auto message = [](const char* text) {
+    auto r = make_pool(json::parse(text));
+    REQUIRE_FALSE(r);
+    return r.error().message;
+  };
+  CHECK_THAT(message(R"("elastc")"), Catch::Contains("unknown policy \"elastc\"") && Catch::Contains("elastic"));
+  CHECK_THAT(message(R"({"elastic":{"min_validaton":2}})"),
+             Catch::Contains("pool.elastic") && Catch::Contains("unknown key \"min_validaton\"") &&
+                 Catch::Contains("min_validation"));
+  CHECK_THAT(message(R"({"static_split":{"validation_fraction":1.5}})"),
+             Catch::Contains("validation_fraction") && Catch::Contains("[0, 1]") && Catch::Contains("1.5"));
+  CHECK_THAT(message(R"({"elastic":{"validation":"random"}})"), Catch::Contains("\"fifo\" or \"lifo\""));
+  CHECK_THAT(message(R"({"elastic":{"min_validation":-1}})"), Catch::Contains("min_validation"));
+  CHECK_THAT(message(R"({"elastic":{"min_profiling":1.5}})"), Catch::Contains("integer"));
+  CHECK_THAT(message(R"({"elastic":{"interval_s":"5"}})"), Catch::Contains("interval_s"));
+  CHECK_THAT(message(R"({"elastic":[1]})"), Catch::Contains("expected an object"));
+  CHECK_THAT(message(R"({"elastic":{},"static_split":{}})"), Catch::Contains("one key"));
+  CHECK_THROWS_WITH(json::parse(R"({"interval_s":-1})").get<elastic>(), Catch::Contains("interval_s"));
+}
