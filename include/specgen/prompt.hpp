@@ -5,6 +5,7 @@
 #include <specgen/detail/config.hpp>
 #include <specgen/names.hpp>
 #include <specgen/task.hpp>
+#include <specgen/task_io.hpp>
 #include <specgen/types.hpp>
 
 #include <fmt/format.h>
@@ -67,11 +68,6 @@ inline std::string shape_text(const tensor_spec& t) {
   return s;
 }
 
-inline std::string binding_text(const shape_binding& b) {
-  std::string s;
-  for (const auto& [k, v] : b) s += fmt::format("{}{}={}", s.empty() ? "" : ", ", k, v);
-  return s;
-}
 }  // namespace detail
 
 /// The task as the model reads it.

@@ -1,4 +1,4 @@
-#include <specgen/sim/cost_table.hpp>
+#include <specgen/cost_table.hpp>
 #include <specgen/sim/simulated_device.hpp>
 
 #include <catch2/catch.hpp>
@@ -456,7 +456,7 @@ TEST_CASE("the stopping rule takes more samples for noisier kernels, up to max_s
   const auto& s = noisy.timing->samples_us;
   CHECK(s.size() > 100);
   CHECK(s.size() < 200);
-  detail::running_stats all;
+  sim::detail::running_stats all;
   for (double x : s) all.add(x);
   CHECK(all.median_rse() <= 0.005);  // the candidate side met the target when the rule stopped
   CHECK(noisy.busy == us(100 + 200 + 10) * (5 + static_cast<int>(s.size())) + seconds(0.05));

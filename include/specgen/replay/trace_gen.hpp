@@ -9,7 +9,9 @@
 ///   specgen::replay::write_corpus(c, "corpus");          // tasks/, traces/, cost_table.json
 ///   specgen::replay::replay_model model(loop, c.traces);
 /// @endcode
+#include <specgen/cost_table.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/task_io.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/replay/trace.hpp>
 #include <specgen/task.hpp>
@@ -41,39 +43,6 @@ namespace replay {
 using corpus_error = trace_error;
 
 // ---- the cost table (shared contract with the simulated device) ------------------
-
-inline constexpr std::string_view cost_table_format = "specgen-cost-table/1";
-
-/// What evaluating one kernel costs and yields (one entry of a cost table).
-struct cost_entry {
-  std::uint64_t key = 0;  ///< specgen::source_key(source); hex16 in JSON
-  std::string task{};
-  std::string label{};
-  verdict_kind verdict = verdict_kind::ok;
-  std::string summary{};
-  std::string log{};
-  double compile_s = 0;
-  double validate_s = 0;
-  double runtime_us = 0;  ///< ok kernels only
-  double noise = 0;
-  double baseline_us = 0;
-  friend bool operator==(const cost_entry&, const cost_entry&) = default;
-};
-
-struct profile_settings {
-  int warmup = 10;         ///< PAPER.md: 10 warm-up runs
-  int min_samples = 40;    ///< PAPER.md: 40 timed runs
-  int max_samples = 200;
-  double overhead_s = 0.05;
-  friend bool operator==(const profile_settings&, const profile_settings&) = default;
-};
-
-struct cost_table {
-  std::string device = "procedural (not measured)";
-  std::vector<cost_entry> kernels{};
-  profile_settings profile{};
-  friend bool operator==(const cost_table&, const cost_table&) = default;
-};
 
 // ---- the generator -----------------------------------------------------------------
 
@@ -739,8 +708,8 @@ class corpus_generator {
     int bug_line = 0;
     o.kernel = render(f, k.label, k.knobs, bug, &bug_line);
 
+    const std::uint64_t key = source_key(o.kernel.source);
     cost_entry e;
-    e.key = source_key(o.kernel.source);
     e.task = st.task;
     e.label = k.label;
     e.verdict = o.verdict;
@@ -784,7 +753,7 @@ class corpus_generator {
       case verdict_kind::suspicious:
         break;
     }
-    if (keys_.insert(e.key).second) out_.costs.kernels.push_back(std::move(e));
+    out_.costs.kernels.try_emplace(key, std::move(e));
     return o;
   }
 
@@ -814,101 +783,6 @@ inline corpus generate_corpus(const corpus_params& p, std::uint64_t seed) {
 
 namespace detail {
 
-inline std::string hex16(std::uint64_t k) { return fmt::format("{:016x}", k); }
-
-inline constexpr std::array<std::string_view, 8> dtype_text{"f16", "bf16", "f32", "f64", "i8", "u8", "i32", "i64"};
-inline constexpr std::array<std::string_view, 6> distribution_text{"normal", "uniform", "signed_uniform",
-                                                                   "large",  "zeros",   "ones"};
-
-inline nlohmann::json tensor_json(const tensor_spec& t, bool is_output) {
-  nlohmann::json j{{"name", t.name}, {"dtype", dtype_text[static_cast<std::size_t>(t.type)]}, {"shape", t.shape}};
-  if (is_output) j["tolerance"] = {{"abs", t.tol.abs}, {"rel", t.tol.rel}};
-  else j["init"] = distribution_text[static_cast<std::size_t>(t.init)];
-  return j;
-}
-
-inline nlohmann::json impl_json(const implementation& i) {
-  if (!i.host.empty()) return {{"host", i.host}};
-  return {{"source", i.source}, {"plan", i.plan}};
-}
-
-/// A minimal task file (the fields of specgen::task; docs/trace-format.md).
-inline nlohmann::json task_json(const task& t) {
-  nlohmann::json in = nlohmann::json::array(), out = nlohmann::json::array();
-  for (const auto& x : t.inputs) in.push_back(tensor_json(x, false));
-  for (const auto& x : t.outputs) out.push_back(tensor_json(x, true));
-  return {{"name", t.name},
-          {"description", t.description},
-          {"symbols", t.symbols},
-          {"benchmark_shape", t.benchmark_shape},
-          {"validation_shapes", t.validation_shapes},
-          {"inputs", std::move(in)},
-          {"outputs", std::move(out)},
-          {"reference", impl_json(t.reference)},
-          {"baseline", impl_json(t.baseline)},
-          {"compile_options", t.compile_options}};
-}
-
-template <std::size_t N>
-std::optional<std::size_t> index_of(const std::array<std::string_view, N>& names, std::string_view s) {
-  for (std::size_t i = 0; i < N; ++i)
-    if (names[i] == s) return i;
-  return std::nullopt;
-}
-
-/// Reads what `task_json` writes; any JSON type error is reported at its pointer.
-inline expected<task, corpus_error> parse_task_json(const nlohmann::json& j, const std::string& file) {
-  std::string at{};
-  try {
-    task t;
-    t.file = file;
-    at = "/name";
-    t.name = j.at("name").get<std::string>();
-    at = "/description";
-    t.description = j.at("description").get<std::string>();
-    at = "/symbols";
-    t.symbols = j.at("symbols").get<std::vector<std::string>>();
-    at = "/benchmark_shape";
-    t.benchmark_shape = j.at("benchmark_shape").get<shape_binding>();
-    at = "/validation_shapes";
-    t.validation_shapes = j.at("validation_shapes").get<std::vector<shape_binding>>();
-    for (const char* side : {"inputs", "outputs"}) {
-      const auto& arr = j.at(side);
-      for (std::size_t i = 0; i < arr.size(); ++i) {
-        at = fmt::format("/{}/{}", side, i);
-        const auto& x = arr.at(i);
-        tensor_spec s;
-        s.name = x.at("name").get<std::string>();
-        s.shape = x.at("shape").get<std::vector<std::string>>();
-        auto d = index_of(dtype_text, x.at("dtype").get<std::string>());
-        if (!d) return unexpected(corpus_error{file, at + "/dtype", "unknown dtype"});
-        s.type = static_cast<dtype>(*d);
-        if (side[0] == 'i') {
-          auto init = index_of(distribution_text, x.value("init", std::string("normal")));
-          if (!init) return unexpected(corpus_error{file, at + "/init", "unknown distribution"});
-          s.init = static_cast<distribution>(*init);
-          t.inputs.push_back(std::move(s));
-        } else {
-          s.tol = {.abs = x.at("tolerance").at("abs").get<double>(), .rel = x.at("tolerance").at("rel").get<double>()};
-          t.outputs.push_back(std::move(s));
-        }
-      }
-    }
-    for (auto [key, impl] : {std::pair{"reference", &t.reference}, std::pair{"baseline", &t.baseline}}) {
-      at = fmt::format("/{}", key);
-      const auto& x = j.at(key);
-      impl->host = x.value("host", std::string());
-      impl->source = x.value("source", std::string());
-      impl->plan = x.value("plan", std::string());
-    }
-    at = "/compile_options";
-    t.compile_options = j.value("compile_options", std::vector<std::string>{});
-    return t;
-  } catch (const nlohmann::json::exception& e) {
-    return unexpected(corpus_error{file, at, e.what()});
-  }
-}
-
 inline expected<nlohmann::json, corpus_error> read_json(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return unexpected(corpus_error{path.string(), "", "cannot open the file"});
@@ -927,63 +801,6 @@ inline expected<void, corpus_error> write_json(const std::filesystem::path& path
 
 }  // namespace detail
 
-inline nlohmann::json to_json_value(const cost_table& t) {
-  nlohmann::json kernels = nlohmann::json::array();
-  for (const auto& e : t.kernels)
-    kernels.push_back({{"key", detail::hex16(e.key)}, {"task", e.task}, {"label", e.label},
-                       {"verdict", to_string(e.verdict)}, {"summary", e.summary}, {"log", e.log},
-                       {"compile_s", e.compile_s}, {"validate_s", e.validate_s}, {"runtime_us", e.runtime_us},
-                       {"noise", e.noise}, {"baseline_us", e.baseline_us}});
-  return {{"format", cost_table_format},
-          {"device", t.device},
-          {"kernels", std::move(kernels)},
-          {"profile", {{"warmup", t.profile.warmup}, {"min_samples", t.profile.min_samples},
-                       {"max_samples", t.profile.max_samples}, {"overhead_s", t.profile.overhead_s}}}};
-}
-
-/// Read a cost table (the format the simulated device reads, written by the generator).
-inline expected<cost_table, corpus_error> parse_cost_table(const nlohmann::json& j, std::string_view file) {
-  const std::string f(file);
-  if (!j.is_object() || j.value("format", std::string()) != cost_table_format)
-    return unexpected(corpus_error{f, "/format", fmt::format("expected \"format\": \"{}\"", cost_table_format)});
-  std::string at = "/device";
-  try {
-    cost_table t;
-    t.device = j.value("device", t.device);
-    const auto& arr = j.at("kernels");
-    for (std::size_t i = 0; i < arr.size(); ++i) {
-      at = fmt::format("/kernels/{}", i);
-      const auto& x = arr.at(i);
-      cost_entry e;
-      const auto key = x.at("key").get<std::string>();
-      std::size_t used = 0;
-      e.key = key.size() == 16 ? std::stoull(key, &used, 16) : 0;
-      if (used != 16) return unexpected(corpus_error{f, at + "/key", "expected 16 hex digits"});
-      e.task = x.at("task").get<std::string>();
-      e.label = x.value("label", std::string());
-      auto v = parse_verdict(x.at("verdict").get<std::string>());
-      if (!v) return unexpected(corpus_error{f, at + "/verdict", "unknown verdict name"});
-      e.verdict = *v;
-      e.summary = x.value("summary", std::string());
-      e.log = x.value("log", std::string());
-      e.compile_s = x.value("compile_s", 0.0);
-      e.validate_s = x.value("validate_s", 0.0);
-      e.runtime_us = x.value("runtime_us", 0.0);
-      e.noise = x.value("noise", 0.0);
-      e.baseline_us = x.value("baseline_us", 0.0);
-      t.kernels.push_back(std::move(e));
-    }
-    at = "/profile";
-    if (j.contains("profile")) {
-      const auto& p = j.at("profile");
-      t.profile = {p.value("warmup", 10), p.value("min_samples", 40), p.value("max_samples", 200), p.value("overhead_s", 0.05)};
-    }
-    return t;
-  } catch (const std::exception& e) {  // nlohmann type errors, std::stoull on non-hex
-    return unexpected(corpus_error{f, at, e.what()});
-  }
-}
-
 /// Write `c` under `dir`: tasks/<name>.json, traces/<task>.json, cost_table.json.
 inline expected<void, corpus_error> write_corpus(const corpus& c, const std::filesystem::path& dir) {
   std::error_code ec;
@@ -991,13 +808,13 @@ inline expected<void, corpus_error> write_corpus(const corpus& c, const std::fil
   std::filesystem::create_directories(dir / "traces", ec);
   if (ec) return unexpected(corpus_error{dir.string(), "", fmt::format("cannot create the directory: {}", ec.message())});
   for (const auto& t : c.tasks) {
-    if (auto r = detail::write_json(dir / "tasks" / (t.name + ".json"), detail::task_json(t)); !r) return r;
+    if (auto r = detail::write_json(dir / "tasks" / (t.name + ".json"), to_json(t)); !r) return r;
     std::vector<trace> mine;
     for (const auto& tr : c.traces)
       if (tr.task == t.name) mine.push_back(tr);
     if (auto r = write_traces(dir / "traces" / (t.name + ".json"), mine); !r) return r;
   }
-  return detail::write_json(dir / "cost_table.json", to_json_value(c.costs));
+  return detail::write_json(dir / "cost_table.json", nlohmann::json(c.costs));
 }
 
 /// Read what write_corpus wrote.
@@ -1012,8 +829,8 @@ inline expected<corpus, corpus_error> load_corpus(const std::filesystem::path& d
   for (const auto& f : files) {
     auto j = detail::read_json(f);
     if (!j) return unexpected(j.error());
-    auto t = detail::parse_task_json(*j, f.string());
-    if (!t) return unexpected(t.error());
+    auto t = parse_task(*j, f.string());
+    if (!t) return unexpected(corpus_error{t.error().file, t.error().field, t.error().message});
     c.tasks.push_back(std::move(*t));
   }
   auto traces = load_traces(dir / "traces");
@@ -1022,7 +839,7 @@ inline expected<corpus, corpus_error> load_corpus(const std::filesystem::path& d
   auto j = detail::read_json(dir / "cost_table.json");
   if (!j) return unexpected(j.error());
   auto costs = parse_cost_table(*j, (dir / "cost_table.json").string());
-  if (!costs) return unexpected(costs.error());
+  if (!costs) return unexpected(corpus_error{(dir / "cost_table.json").string(), "", costs.error().message});
   c.costs = std::move(*costs);
   return c;
 }

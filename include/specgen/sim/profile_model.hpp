@@ -5,12 +5,12 @@
 /// simulated profile job holds its GPU as long as a real one would.
 ///
 /// @code
-///   auto run = specgen::sim::simulate_profile(entry, specgen::sim::profile_params{}, stream_seed);
+///   auto run = specgen::sim::simulate_profile(entry, specgen::profile_params{}, stream_seed);
 ///   // run.timing.median_us ~ entry.runtime_us; run.device_time: warm-up + samples + overhead
 /// @endcode
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
-#include <specgen/sim/cost_table.hpp>
+#include <specgen/cost_table.hpp>
 #include <specgen/types.hpp>
 
 #include <algorithm>

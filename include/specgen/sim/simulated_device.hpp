@@ -16,8 +16,8 @@
 #include <specgen/detail/config.hpp>
 #include <specgen/evaluator.hpp>
 #include <specgen/expected.hpp>
-#include <specgen/sim/cost_table.hpp>
-#include <specgen/sim/detail/json_fields.hpp>
+#include <specgen/cost_table.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/sim/profile_model.hpp>
 #include <specgen/types.hpp>
 
@@ -51,7 +51,7 @@ inline constexpr std::array<std::string_view, 2> unknown_kernel_policy_names{"co
  * The simulated device's knobs. Times are in seconds.
  *
  * @code
- *   specgen::sim::sim_params p{.devices = 8, .seed = 1, .profile = specgen::sim::profile_params{.max_samples = 50}};
+ *   specgen::sim::sim_params p{.devices = 8, .seed = 1, .profile = specgen::profile_params{.max_samples = 50}};
  * @endcode
  */
 struct sim_params {
@@ -100,7 +100,7 @@ void check_sim_params(const sim_params& p, Check&& check) {
 inline expected<sim_params, error> parse_sim_params(const nlohmann::json& j, std::string_view where = "sim_params") {
   sim_params p;
   std::string unknown = std::string(unknown_kernel_policy_names[static_cast<std::size_t>(p.unknown_kernels)]);
-  detail::field_reader r(j, where, "");
+  specgen::detail::field_reader r(j, where, "");
   r.optional("devices", p.devices)
       .optional("compile_slots", p.compile_slots)
       .optional("seed", p.seed)
@@ -120,7 +120,7 @@ inline expected<sim_params, error> parse_sim_params(const nlohmann::json& j, std
   }
   if (!r.ok()) return unexpected(*r.failure());
   if (auto it = j.find("profile"); it != j.end() && !it->is_null()) {
-    auto prof = detail::parse_profile(*it, where, "/profile");
+    auto prof = specgen::detail::parse_profile(*it, where, "/profile");
     if (!prof) return unexpected(prof.error());
     p.profile = *prof;
   }
@@ -191,7 +191,7 @@ class simulated_device {
       };
     };
     detail::check_sim_params(params_, fail("sim_params"));
-    detail::check_profile(profile_, fail("profile_params"));
+    specgen::detail::check_profile(profile_, fail("profile_params"));
   }
   simulated_device(const simulated_device&) = delete;  // pending timers capture `this`
   simulated_device& operator=(const simulated_device&) = delete;

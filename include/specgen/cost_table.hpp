@@ -8,13 +8,13 @@
 /// (docs/simulated-device.md describes every field).
 ///
 /// @code
-///   auto table = specgen::sim::load_cost_table("tables/h200.json");
+///   auto table = specgen::load_cost_table("tables/h200.json");
 ///   if (!table) { std::cerr << table.error().message << '\n'; return 1; }
 ///   if (const auto* e = table->find_source(cand.source)) use(e->runtime_us);
 /// @endcode
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
-#include <specgen/sim/detail/json_fields.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/types.hpp>
 
 #include <fmt/format.h>
@@ -35,7 +35,6 @@
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
-namespace sim {
 
 /// The `format` value of the cost-table JSON this header reads and writes.
 inline constexpr std::string_view cost_table_format = "specgen-cost-table/1";
@@ -44,7 +43,7 @@ inline constexpr std::string_view cost_table_format = "specgen-cost-table/1";
 /// simulated device follows sample for sample.
 ///
 /// @code
-///   specgen::sim::profile_params quick{.warmup = 2, .min_samples = 5, .max_samples = 20};
+///   specgen::profile_params quick{.warmup = 2, .min_samples = 5, .max_samples = 20};
 /// @endcode
 struct profile_params {
   int warmup = 10;            ///< untimed runs first (the paper: 10 warm-up + 40 timed)
@@ -76,7 +75,7 @@ struct cost_entry {
 /// A cost table: kernels by `source_key` of their source.
 ///
 /// @code
-///   specgen::sim::cost_table t{.device = "procedural (not measured)"};
+///   specgen::cost_table t{.device = "procedural (not measured)"};
 ///   t.kernels[specgen::source_key(src)] = {.task = "softmax", .compile_s = 0.4, .validate_s = 0.1,
 ///                                          .runtime_us = 800, .noise = 0.004, .baseline_us = 1000};
 /// @endcode
@@ -190,7 +189,7 @@ inline expected<std::pair<std::uint64_t, cost_entry>, error> parse_entry(const n
  * twice is an error.
  *
  * @code
- *   auto t = specgen::sim::parse_cost_table(nlohmann::json::parse(text), "inline");
+ *   auto t = specgen::parse_cost_table(nlohmann::json::parse(text), "inline");
  *   // t.error().message == "inline: /kernels/0/verdict: unknown verdict \"okay\" (one of: ...)"
  * @endcode
  */
@@ -310,8 +309,8 @@ inline expected<void, error> save_cost_table(const cost_table& t, const std::fil
  * (which measurement should win is the user's call, not the merge's).
  *
  * @code
- *   std::vector<specgen::sim::cost_table> parts{*measured, *procedural};
- *   auto all = specgen::sim::merge_cost_tables(parts);
+ *   std::vector<specgen::cost_table> parts{*measured, *procedural};
+ *   auto all = specgen::merge_cost_tables(parts);
  * @endcode
  */
 inline expected<cost_table, error> merge_cost_tables(std::span<const cost_table> tables) {
@@ -335,5 +334,4 @@ inline expected<cost_table, error> merge_cost_tables(std::span<const cost_table>
   return out;
 }
 
-}  // namespace sim
 SPECGEN_END_NAMESPACE

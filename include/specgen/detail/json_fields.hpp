@@ -16,7 +16,7 @@
 #include <utility>
 
 SPECGEN_BEGIN_NAMESPACE
-namespace sim::detail {
+namespace detail {
 
 inline error json_error(std::string_view file, std::string_view pointer, std::string_view problem) {
   return error{fmt::format("{}: {}: {}", file, pointer.empty() ? std::string_view("/") : pointer, problem)};
@@ -94,5 +94,5 @@ class field_reader {
   std::optional<error> err_;
 };
 
-}  // namespace sim::detail
+}  // namespace detail
 SPECGEN_END_NAMESPACE

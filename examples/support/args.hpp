@@ -1,0 +1,77 @@
+#pragma once
+// A small command-line reader shared by the programs: `--name value` and
+// `--flag`, with errors that say which flag is wrong.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace specgen::programs {
+
+class args {
+ public:
+  /// `flags` take no value; every other `--name` takes one.
+  args(int argc, char** argv, std::set<std::string> options, std::set<std::string> flags, int first = 1)
+      : options_(std::move(options)), flags_(std::move(flags)) {
+    for (int i = first; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "-h") a = "--help";
+      if (!a.starts_with("--")) {
+        positional_.push_back(a);
+        continue;
+      }
+      std::string name = a.substr(2), value;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        if (flags_.count(name)) throw std::invalid_argument(fmt::format("--{} takes no value", name));
+      } else if (!flags_.count(name)) {
+        if (!options_.count(name)) throw std::invalid_argument(fmt::format("unknown option --{} (try --help)", name));
+        if (i + 1 >= argc) throw std::invalid_argument(fmt::format("--{} needs a value", name));
+        value = argv[++i];
+      }
+      if (!flags_.count(name) && !options_.count(name))
+        throw std::invalid_argument(fmt::format("unknown option --{} (try --help)", name));
+      values_[name] = value;
+    }
+  }
+
+  [[nodiscard]] bool has(const std::string& name) const { return values_.count(name) > 0; }
+  [[nodiscard]] std::string get(const std::string& name, std::string fallback = {}) const {
+    auto it = values_.find(name);
+    return it == values_.end() ? fallback : it->second;
+  }
+  template <class T>
+  [[nodiscard]] T number(const std::string& name, T fallback) const {
+    auto it = values_.find(name);
+    if (it == values_.end()) return fallback;
+    if constexpr (std::is_floating_point_v<T>) {
+      try {
+        std::size_t used = 0;
+        double v = std::stod(it->second, &used);
+        if (used == it->second.size()) return static_cast<T>(v);
+      } catch (const std::exception&) {
+      }
+    } else {
+      T v{};
+      const auto& s = it->second;
+      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec == std::errc{} && p == s.data() + s.size()) return v;
+    }
+    throw std::invalid_argument(fmt::format("--{}: '{}' is not a valid number", name, it->second));
+  }
+  [[nodiscard]] const std::vector<std::string>& positional() const noexcept { return positional_; }
+
+ private:
+  std::set<std::string> options_, flags_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+}  // namespace specgen::programs

@@ -1,0 +1,264 @@
+// The engine's invariants, checked as properties over many seeds on the
+// procedural corpus, the replay model and the simulated device in virtual time.
+#include <specgen/engine.hpp>
+#include <specgen/journal.hpp>
+#include <specgen/modes.hpp>
+#include <specgen/replay/replay_model.hpp>
+#include <specgen/replay/trace_gen.hpp>
+#include <specgen/sim/simulated_device.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+using namespace specgen;
+
+namespace {
+
+/// Wraps a backend and checks the stream contract from the engine's side:
+/// every fork's prefix is a prefix of what its parent emitted, and nothing is
+/// delivered for a stream after the engine cancelled it.
+template <backend B>
+class checked_backend : private stream_sink {
+ public:
+  explicit checked_backend(B& inner) : inner_(inner) {}
+  backend_limits limits() const { return inner_.limits(); }
+  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+    auto id = inner_.start_reasoning(r, *this);
+    if (id) sinks_[*id] = &sink;
+    return id;
+  }
+  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+    const auto& emitted = emitted_[f.parent];
+    if (f.reasoning_prefix.size() > emitted.size() ||
+        !std::equal(f.reasoning_prefix.begin(), f.reasoning_prefix.end(), emitted.begin()))
+      ++bad_prefixes;
+    ++forks;
+    auto id = inner_.fork(f, *this);
+    if (id) sinks_[*id] = &sink;
+    return id;
+  }
+  void cancel(stream_id id) {
+    cancelled_.insert(id);
+    inner_.cancel(id);
+  }
+
+  int bad_prefixes = 0;
+  int chunks_after_cancel = 0;
+  int forks = 0;
+  std::uint64_t tokens = 0;
+
+ private:
+  void on_chunk(const stream_chunk& c) override {
+    if (cancelled_.count(c.id)) ++chunks_after_cancel;
+    if (c.reasoning) emitted_[c.id].insert(emitted_[c.id].end(), c.tokens.begin(), c.tokens.end());
+    tokens += c.tokens.size();
+    sinks_.at(c.id)->on_chunk(c);
+  }
+  void on_end(const stream_end& e) override { sinks_.at(e.id)->on_end(e); }
+
+  B& inner_;
+  std::map<stream_id, stream_sink*> sinks_;
+  std::map<stream_id, std::vector<token_id>> emitted_;
+  std::set<stream_id> cancelled_;
+};
+
+/// Wraps an evaluator and records which kernels it was asked to compile.
+template <evaluator E>
+class counting_evaluator {
+ public:
+  explicit counting_evaluator(E& inner) : inner_(inner) {}
+  int devices() const { return inner_.devices(); }
+  int compile_slots() const { return inner_.compile_slots(); }
+  void submit(eval_job j, eval_callback cb) {
+    if (j.kind == stage::compile) compiled.insert(j.cand->content_hash());
+    inner_.submit(std::move(j), std::move(cb));
+  }
+  bool cancel(job_id id) { return inner_.cancel(id); }
+  std::multiset<std::uint64_t> compiled;
+
+ private:
+  E& inner_;
+};
+
+struct world {
+  explicit world(std::uint64_t seed, replay::corpus_params cp = {.tasks = 2, .rounds = 4, .lanes = 1})
+      : corpus(replay::generate_corpus(cp, seed)),
+        model(loop, corpus.traces, {}),
+        device(loop, corpus.costs, {.devices = 4, .compile_slots = 2, .seed = seed}),
+        checked(model),
+        counted(device) {}
+
+  template <class F = int>
+  run_result run(engine_config cfg, journal_writer* j = nullptr, const journal_state* resume_from = nullptr) {
+    engine eng(loop, checked, counted, std::move(cfg), j);
+    for (const auto& t : corpus.tasks) eng.add_search(std::make_shared<const task>(t));
+    if (resume_from) eng.resume(*resume_from);
+    auto r = eng.run();
+    for (std::size_t s = 0; s < corpus.tasks.size(); ++s)
+      for (const auto& rec : eng.records(static_cast<int>(s))) records.push_back(rec);
+    return r;
+  }
+
+  event_loop<virtual_clock> loop;
+  replay::corpus corpus;
+  replay::replay_model model;
+  sim::simulated_device device;
+  checked_backend<replay::replay_model> checked;
+  counting_evaluator<sim::simulated_device> counted;
+  std::vector<candidate_record> records;
+};
+
+engine_config config(std::string_view mode, int rounds, std::uint64_t seed = 1) {
+  auto c = mode_config(mode);
+  REQUIRE(c);
+  c->budget.max_rounds = rounds;
+  c->seed = seed;
+  return std::move(*c);
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::filesystem::path temp_file(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / "specgen-engine-test";
+  std::filesystem::create_directories(dir);
+  auto p = dir / name;
+  std::filesystem::remove(p);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("engine invariants hold over many seeds in every mode") {
+  for (std::string_view mode : {"sequential", "specgen", "parallel+specgen", "evolve+specgen"}) {
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      CAPTURE(mode, seed);
+      world w(seed);
+      auto r = w.run(config(mode, 4, seed));
+
+      // Every search ran its whole iteration budget.
+      REQUIRE(r.searches.size() == 2);
+      for (const auto& s : r.searches) {
+        CHECK(s.rounds == 4);
+        CHECK(s.end_reason == "round budget");
+      }
+      // No candidate lost: each has a verdict or was explicitly cancelled as stale.
+      for (const auto& rec : w.records) CHECK((rec.eval.has_value() || rec.cancelled));
+      // Every fork's prefix is a prefix of its stream; no output after a cancel.
+      CHECK(w.checked.bad_prefixes == 0);
+      CHECK(w.checked.chunks_after_cancel == 0);
+      // Utilisation is a fraction of the pool's capacity.
+      CHECK(r.pool_utilization >= 0.0);
+      CHECK(r.pool_utilization <= 1.0);
+      CHECK(w.device.stats().unknown_kernels == 0);
+      if (mode == "sequential") CHECK(w.checked.forks == 0);
+      else CHECK(w.checked.forks > 0);
+    }
+  }
+}
+
+TEST_CASE("speculation profiles more kernels and finishes sooner than sequential refinement") {
+  world a(11), b(11);
+  auto seq = a.run(config("sequential", 6));
+  auto spec = b.run(config("specgen", 6));
+  CHECK(spec.profiled_kernels > seq.profiled_kernels);
+  CHECK(spec.e2e_seconds < seq.e2e_seconds);
+}
+
+TEST_CASE("the same seed gives a byte-identical journal") {
+  const auto p1 = temp_file("same1.jsonl"), p2 = temp_file("same2.jsonl");
+  for (const auto& p : {p1, p2}) {
+    world w(5);
+    journal_writer j(p, false);
+    w.run(config("specgen", 3, 5), &j);
+  }
+  const auto a = slurp(p1), b = slurp(p2);
+  CHECK(!a.empty());
+  CHECK(a == b);
+}
+
+TEST_CASE("a killed run resumes from its journal without re-evaluating or losing a candidate") {
+  const auto full = temp_file("full.jsonl"), cut = temp_file("cut.jsonl");
+  {
+    world w(9);
+    journal_writer j(full, false);
+    w.run(config("specgen", 4, 9), &j);
+  }
+  // Keep the first half of the records and a torn half-line, as a kill leaves them.
+  {
+    std::ifstream in(full);
+    std::ofstream out(cut);
+    std::vector<std::string> lines;
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    REQUIRE(lines.size() > 20);
+    for (std::size_t i = 0; i < lines.size() / 2; ++i) out << lines[i] << '\n';
+    out << lines[lines.size() / 2].substr(0, lines[lines.size() / 2].size() / 2);
+  }
+  auto st = load_journal(cut);
+  REQUIRE(st);
+  CHECK(st->torn_line.has_value());
+  const auto evaluated = st->ids_with(candidate_status::evaluated);
+  REQUIRE(!evaluated.empty());
+
+  world w(9);
+  journal_writer j(cut, true);
+  auto r = w.run(config("specgen", 4, 9), &j, &*st);
+
+  // Nothing judged before the kill is compiled again.
+  for (auto id : evaluated) CHECK(w.counted.compiled.count(st->candidates.at(id).cand.content_hash()) == 0);
+  // Every journaled candidate is still there, with a verdict or a cancel.
+  std::map<candidate_id, const candidate_record*> by_id;
+  for (const auto& rec : w.records) by_id[rec.cand->id] = &rec;
+  for (const auto& [id, jc] : st->candidates) {
+    REQUIRE(by_id.count(id) == 1);
+    CHECK((by_id[id]->eval.has_value() || by_id[id]->cancelled));
+  }
+  for (const auto& s : r.searches) CHECK(s.rounds == 4);
+  // The resumed journal reads back whole.
+  auto after = load_journal(cut);
+  REQUIRE(after);
+  CHECK(after->run_starts == 2);
+}
+
+TEST_CASE("early termination stops the main reasoning when a fork beats the history's mean") {
+  world w(3, {.tasks = 2, .rounds = 6, .lanes = 1});
+  auto r = w.run(config("specgen", 6, 3));
+  int terminations = 0;
+  for (const auto& s : r.searches) terminations += s.terminations;
+  CHECK(terminations > 0);
+
+  world never_stop(3, {.tasks = 2, .rounds = 6, .lanes = 1});
+  auto cfg = config("specgen", 6, 3);
+  cfg.termination = termination::never{};
+  auto r2 = never_stop.run(std::move(cfg));
+  for (const auto& s : r2.searches) CHECK(s.terminations == 0);
+}
+
+TEST_CASE("a token budget ends the search and says so") {
+  world w(4);
+  auto cfg = config("specgen", 50, 4);
+  cfg.budget.max_tokens = 20000;
+  auto r = w.run(std::move(cfg));
+  for (const auto& s : r.searches) {
+    CHECK(s.end_reason == "token budget");
+    CHECK(s.rounds < 50);
+  }
+}
+
+TEST_CASE("a stream limit of one serialises main streams and skips forks") {
+  world w(6);
+  auto cfg = config("parallel+specgen", 2, 6);
+  cfg.max_streams = 1;
+  auto r = w.run(std::move(cfg));
+  for (const auto& s : r.searches) CHECK(s.rounds == 2);
+  CHECK(w.checked.forks == 0);
+}
