@@ -66,6 +66,10 @@ struct cost_entry {
   std::string log{};                          ///< e.g. a compile log excerpt
   double compile_s = 0;                       ///< compile wall time
   double validate_s = 0;                      ///< validation on the GPU, all shapes
+  /// Extra device time of a profiling job beyond the timed samples: the
+  /// profiler's metric-collection passes (an Nsight Compute or CUPTI range
+  /// profiler replay). 0 when profiling only times the kernel.
+  double profile_s = 0;
   double runtime_us = 0;                      ///< candidate median (ok kernels)
   double noise = 0;                           ///< relative standard deviation of one runtime sample
   double baseline_us = 0;                     ///< the task's baseline median on the same device
@@ -156,6 +160,7 @@ inline expected<std::pair<std::uint64_t, cost_entry>, error> parse_entry(const n
       .optional("log", e.log)
       .optional("compile_s", e.compile_s)
       .optional("validate_s", e.validate_s)
+      .optional("profile_s", e.profile_s)
       .optional("runtime_us", e.runtime_us)
       .optional("noise", e.noise)
       .optional("baseline_us", e.baseline_us);
@@ -167,6 +172,7 @@ inline expected<std::pair<std::uint64_t, cost_entry>, error> parse_entry(const n
           fmt::format("unknown verdict \"{}\" (one of: {})", verdict_text, fmt::join(verdict_names, ", ")));
   r.check(e.compile_s >= 0, "compile_s", "must be >= 0");
   r.check(e.validate_s >= 0, "validate_s", "must be >= 0");
+  r.check(e.profile_s >= 0, "profile_s", "must be >= 0");
   r.check(e.noise >= 0, "noise", "must be >= 0");
   // Profiling divides by both medians, so an ok kernel without them cannot be simulated.
   const bool ok_kernel = kind == verdict_kind::ok;
@@ -274,6 +280,7 @@ void to_json(Json& j, const cost_table& t) {
     k["log"] = e.log;
     k["compile_s"] = e.compile_s;
     k["validate_s"] = e.validate_s;
+    k["profile_s"] = e.profile_s;
     k["runtime_us"] = e.runtime_us;
     k["noise"] = e.noise;
     k["baseline_us"] = e.baseline_us;

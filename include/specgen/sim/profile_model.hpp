@@ -142,7 +142,7 @@ inline profile_run simulate_profile(const cost_entry& entry, const profile_param
   profile_run run;
   run.samples = static_cast<int>(cand.size());
   const duration per_iteration = seconds((entry.runtime_us + entry.baseline_us + p.flush_us) * 1e-6);
-  run.device_time = per_iteration * (p.warmup + run.samples) + seconds(p.overhead_s);
+  run.device_time = per_iteration * (p.warmup + run.samples) + seconds(p.overhead_s + entry.profile_s);
 
   measurement& m = run.timing;
   m.samples_us = cand;  // in draw order, as a real profiler records them
