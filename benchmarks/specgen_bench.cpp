@@ -39,6 +39,8 @@ e2e options:
   --corpus DIR         a replay corpus instead of the procedural one
   --corpus-seed N      seed of the procedural corpus (default 1)
   --seed N             run seed (default 1)
+  --seeds N            corpora and run seeds to average over (default 3)
+  --no-equal-time      skip the runs that give every mode sequential's time
   --devices N          simulated evaluation GPUs (default 4)
   --streams N          backend stream limit (default 64)
   --target X           target speedup for seconds_to_target (default 2.0)
@@ -68,18 +70,20 @@ double geomean(const std::vector<double>& v) {
   return std::exp(s / static_cast<double>(v.size()));
 }
 
+/// One mode's measurements, averaged over the seeds of the run.
 struct mode_metrics {
   std::string mode;
-  double e2e_seconds = 0;
-  std::optional<double> seconds_to_target;  ///< geometric mean over tasks that reached it
-  int tasks_at_target = 0;
-  int profiled_kernels = 0;
-  double pool_utilization = 0;
-  std::uint64_t tokens = 0;
-  double best_speedup_geomean = 0;
-  int terminations = 0;
-  int forks = 0;
-  double wall_seconds = 0;
+  double e2e_seconds = 0;                   ///< mean over seeds
+  std::optional<double> seconds_to_target; ///< geometric mean over (seed, task) pairs that reached it
+  int tasks_at_target = 0;                  ///< (seed, task) pairs
+  double profiled_kernels = 0;              ///< mean over seeds
+  double pool_utilization = 0;              ///< mean over seeds
+  double tokens = 0;                        ///< mean over seeds
+  double best_speedup_geomean = 0;          ///< over every (seed, task)
+  double equal_time_best_geomean = 0;       ///< the same, with every mode given sequential's time
+  double equal_time_rounds = 0;             ///< mean rounds per search in that time
+  double terminations = 0, forks = 0;       ///< means over seeds
+  double wall_seconds = 0;                  ///< total
 };
 
 /// The oracle bound for one task: in the earliest round whose traces hold a
@@ -127,6 +131,8 @@ nlohmann::json metrics_json(const mode_metrics& m) {
           {"pool_utilization", m.pool_utilization},
           {"tokens", m.tokens},
           {"best_speedup_geomean", m.best_speedup_geomean},
+          {"equal_time_best_speedup_geomean", m.equal_time_best_geomean},
+          {"equal_time_rounds", m.equal_time_rounds},
           {"terminations", m.terminations},
           {"forks", m.forks},
           {"wall_seconds", m.wall_seconds}};
@@ -136,81 +142,115 @@ int bench_e2e(const programs::args& a) {
   const std::vector<std::string> all(mode_names.begin(), mode_names.end());
   const auto modes = a.has("modes") ? split(a.get("modes")) : all;
   const int rounds = a.number<int>("rounds", 20);
+  const int seeds = a.number<int>("seeds", 3);
   const double target = a.number<double>("target", 2.0);
+  const bool equal_time = std::find(modes.begin(), modes.end(), "sequential") != modes.end() && !a.has("no-equal-time");
+  if (rounds < 1 || seeds < 1) throw std::invalid_argument("--rounds and --seeds must be at least 1");
   programs::corpus_choice cc;
   if (a.has("corpus")) cc.dir = a.get("corpus");
-  cc.seed = a.number<std::uint64_t>("corpus-seed", 1);
+  const std::uint64_t corpus_seed = a.number<std::uint64_t>("corpus-seed", 1);
   cc.params.tasks = a.number<int>("tasks", 8);
-  cc.params.rounds = rounds;
+  // Enough recorded rounds for the equal-time runs, where faster modes run more rounds.
+  cc.params.rounds = equal_time ? rounds * 3 : rounds;
   cc.params.lanes = 4;  // the parallel and evolve modes run 4 lanes
-  auto corpus = programs::load_or_generate(cc);
-  if (!corpus) throw std::invalid_argument(corpus.error().message);
 
   programs::run_options o;
   o.sim.devices = a.number<int>("devices", 4);
-  o.sim.seed = a.number<std::uint64_t>("seed", 1);
   o.replay.max_concurrent_streams = a.number<int>("streams", 64);
   o.replay.server_prefix_hit = a.number<double>("prefix-hit", 0.25);
+  const std::uint64_t run_seed = a.number<std::uint64_t>("seed", 1);
 
-  fmt::print("specgen-bench e2e: {} tasks x {} rounds, {} simulated GPUs, target {:.2f}x, server prefix hit {:.2f}, virtual time\n",
-             corpus->tasks.size(), rounds, o.sim.devices, target, o.replay.server_prefix_hit);
-  std::vector<mode_metrics> results;
-  for (const auto& mode : modes) {
+  fmt::print("specgen-bench e2e: {} tasks x {} rounds x {} seeds, {} simulated GPUs, target {:.2f}x, server prefix hit {:.2f}, "
+             "virtual time\n",
+             cc.params.tasks, rounds, seeds, o.sim.devices, target, o.replay.server_prefix_hit);
+  std::map<std::string, mode_metrics> acc;
+  std::map<std::string, std::vector<double>> ttt, best, best_equal;
+  std::vector<double> oracle;
+  int tasks_total = 0;
+  auto run_one = [&](const replay::corpus& corpus, const std::string& mode, std::uint64_t seed, search_budget budget) {
     auto cfg = mode_config(mode);
     if (!cfg) throw std::invalid_argument(cfg.error().message);
-    cfg->seed = o.sim.seed;
-    cfg->budget.max_rounds = rounds;
-    cfg->budget.target_speedup = target;
+    cfg->seed = seed;
+    cfg->budget = budget;
+    o.sim.seed = seed;
     const auto w0 = std::chrono::steady_clock::now();
-    auto r = programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);
+    auto r = programs::run_corpus<virtual_clock>(corpus, std::move(*cfg), o);
     if (!r) throw std::runtime_error(fmt::format("mode {}: {}", mode, r.error().message));
-    mode_metrics m;
-    m.mode = mode;
-    m.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-    m.e2e_seconds = r->e2e_seconds;
-    m.profiled_kernels = r->profiled_kernels;
-    m.pool_utilization = r->pool_utilization;
-    m.tokens = r->generated_tokens;
-    m.best_speedup_geomean = r->best_speedup_geomean;
-    std::vector<double> ttt;
-    for (const auto& s : r->searches) {
-      m.terminations += s.terminations;
-      m.forks += s.forks;
-      if (s.seconds_to_target) ttt.push_back(*s.seconds_to_target);
+    acc[mode].wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    return std::move(*r);
+  };
+  for (int k = 0; k < seeds; ++k) {
+    cc.seed = corpus_seed + static_cast<std::uint64_t>(k);
+    auto corpus = programs::load_or_generate(cc);
+    if (!corpus) throw std::invalid_argument(corpus.error().message);
+    tasks_total += static_cast<int>(corpus->tasks.size());
+    const std::uint64_t seed = run_seed + static_cast<std::uint64_t>(k);
+    double sequential_e2e = 0;
+    for (const auto& mode : modes) {
+      const auto r = run_one(*corpus, mode, seed, {.max_rounds = rounds, .target_speedup = target});
+      auto& m = acc[mode];
+      m.mode = mode;
+      m.e2e_seconds += r.e2e_seconds / seeds;
+      m.profiled_kernels += static_cast<double>(r.profiled_kernels) / seeds;
+      m.pool_utilization += r.pool_utilization / seeds;
+      m.tokens += static_cast<double>(r.generated_tokens) / seeds;
+      for (const auto& s : r.searches) {
+        m.terminations += static_cast<double>(s.terminations) / seeds;
+        m.forks += static_cast<double>(s.forks) / seeds;
+        if (s.seconds_to_target) ttt[mode].push_back(*s.seconds_to_target);
+        best[mode].push_back(s.best_speedup > 0 ? s.best_speedup : 1.0);
+      }
+      if (mode == "sequential") sequential_e2e = r.e2e_seconds;
     }
-    m.tasks_at_target = static_cast<int>(ttt.size());
-    if (!ttt.empty()) m.seconds_to_target = geomean(ttt);
+    // Equal time: every mode gets the time sequential refinement needed for
+    // its iteration budget (the paper's "fixed time budget" comparison).
+    if (equal_time)
+      for (const auto& mode : modes) {
+        const auto r = run_one(*corpus, mode, seed,
+                               {.max_rounds = cc.params.rounds, .max_seconds = sequential_e2e, .target_speedup = target});
+        for (const auto& s : r.searches) {
+          best_equal[mode].push_back(s.best_speedup > 0 ? s.best_speedup : 1.0);
+          acc[mode].equal_time_rounds += static_cast<double>(s.rounds) / static_cast<double>(r.searches.size() * seeds);
+        }
+      }
+    for (const auto& t : corpus->tasks)
+      if (auto s = oracle_seconds(*corpus, t.name, target, o.replay, o.sim, corpus->costs)) oracle.push_back(*s);
+    fmt::print("  seed {} done\n", seed);
+  }
+  std::vector<mode_metrics> results;
+  for (const auto& mode : modes) {
+    auto m = acc[mode];
+    m.tasks_at_target = static_cast<int>(ttt[mode].size());
+    if (!ttt[mode].empty()) m.seconds_to_target = geomean(ttt[mode]);
+    m.best_speedup_geomean = geomean(best[mode]);
+    m.equal_time_best_geomean = geomean(best_equal[mode]);
     results.push_back(m);
-    fmt::print("  {:<17} done in {:.1f} s wall\n", mode, m.wall_seconds);
   }
 
-  // The oracle bound, per task and as a geometric mean over tasks it can reach.
-  const cost_table& costs = corpus->costs;
-  std::vector<double> oracle;
-  for (const auto& t : corpus->tasks)
-    if (auto s = oracle_seconds(*corpus, t.name, target, o.replay, o.sim, costs)) oracle.push_back(*s);
   // 0 when the oracle reaches the target on no task (a plain double: gcc 12 misreads optionals here).
   const double oracle_ttt = geomean(oracle);
 
-  fmt::print("\n{:<17} {:>10} {:>11} {:>7} {:>9} {:>7} {:>9} {:>8}\n", "mode", "e2e (s)", "to target", "reached",
-             "profiled", "util", "tokens", "geomean");
+  fmt::print("\nmeans over {} seeds; 'best' = geomean best speedup at the iteration budget, 'best@T' = with sequential's time\n", seeds);
+  fmt::print("{:<17} {:>9} {:>10} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7} {:>7}\n", "mode", "e2e (s)", "to target", "reached",
+             "profiled", "util", "tokens", "best", "best@T", "rnd@T");
   for (const auto& m : results)
-    fmt::print("{:<17} {:>10.0f} {:>11} {:>7} {:>9} {:>6.1f}% {:>8.2f}M {:>7.2f}x\n", m.mode, m.e2e_seconds,
-               m.seconds_to_target ? fmt::format("{:.0f}", *m.seconds_to_target) : "-",
-               fmt::format("{}/{}", m.tasks_at_target, corpus->tasks.size()), m.profiled_kernels, 100 * m.pool_utilization,
-               m.tokens / 1e6, m.best_speedup_geomean);
-  fmt::print("{:<17} {:>10} {:>11} {:>7}\n", "oracle bound", "-", oracle_ttt > 0 ? fmt::format("{:.0f}", oracle_ttt) : "-",
-             fmt::format("{}/{}", oracle.size(), corpus->tasks.size()));
+    fmt::print("{:<17} {:>9.0f} {:>10} {:>7} {:>9.1f} {:>6.1f}% {:>7.2f}M {:>6.2f}x {:>6.2f}x {:>7.1f}\n", m.mode,
+               m.e2e_seconds, m.seconds_to_target ? fmt::format("{:.0f}", *m.seconds_to_target) : "-",
+               fmt::format("{}/{}", m.tasks_at_target, tasks_total), m.profiled_kernels, 100 * m.pool_utilization,
+               m.tokens / 1e6, m.best_speedup_geomean, m.equal_time_best_geomean, m.equal_time_rounds);
+  fmt::print("{:<17} {:>9} {:>10} {:>7}\n", "oracle bound", "-", oracle_ttt > 0 ? fmt::format("{:.0f}", oracle_ttt) : "-",
+             fmt::format("{}/{}", oracle.size(), tasks_total));
 
   nlohmann::json out = {{"benchmark", "e2e"},
                         {"clock", "virtual"},
-                        {"tasks", corpus->tasks.size()},
+                        {"tasks_per_seed", cc.params.tasks},
+                        {"seeds", seeds},
                         {"rounds", rounds},
                         {"devices", o.sim.devices},
                         {"target_speedup", target},
                         {"server_prefix_hit", o.replay.server_prefix_hit},
-                        {"corpus", cc.dir ? cc.dir->string() : fmt::format("procedural (seed {})", cc.seed)},
-                        {"seed", o.sim.seed},
+                        {"corpus", cc.dir ? cc.dir->string() : fmt::format("procedural (seeds {}..{})", corpus_seed, corpus_seed + seeds - 1)},
+                        {"run_seeds", fmt::format("{}..{}", run_seed, run_seed + seeds - 1)},
                         {"oracle", {{"seconds_to_target", oracle_ttt > 0 ? nlohmann::json(oracle_ttt) : nlohmann::json(nullptr)},
                                     {"tasks", oracle.size()}}},
                         {"modes", nlohmann::json::object()}};
@@ -223,12 +263,15 @@ int bench_e2e(const programs::args& a) {
       auto b = std::find_if(results.begin(), results.end(), [&](const mode_metrics& x) { return x.mode == bname; });
       if (b == results.end() || b->mode == m.mode) continue;
       nlohmann::json rj = {{"e2e_speedup", b->e2e_seconds / m.e2e_seconds},
-                           {"profiled_ratio", b->profiled_kernels ? double(m.profiled_kernels) / b->profiled_kernels : 0.0},
-                           {"best_speedup_ratio", b->best_speedup_geomean > 0 ? m.best_speedup_geomean / b->best_speedup_geomean : 0.0}};
+                           {"profiled_ratio", b->profiled_kernels > 0 ? m.profiled_kernels / b->profiled_kernels : 0.0},
+                           {"best_speedup_ratio", b->best_speedup_geomean > 0 ? m.best_speedup_geomean / b->best_speedup_geomean : 0.0},
+                           {"equal_time_best_ratio",
+                            b->equal_time_best_geomean > 0 ? m.equal_time_best_geomean / b->equal_time_best_geomean : 0.0}};
       if (b->seconds_to_target && m.seconds_to_target) rj["target_speedup"] = *b->seconds_to_target / *m.seconds_to_target;
       vs[bname] = rj;
-      fmt::print("  {:<17} vs {:<10}: e2e {:.2f}x  profiled {:.2f}x  best {:.2f}x{}\n", m.mode, bname,
+      fmt::print("  {:<17} vs {:<10}: e2e {:.2f}x  profiled {:.2f}x  best {:.2f}x  best@T {:.2f}x{}\n", m.mode, bname,
                  rj["e2e_speedup"].get<double>(), rj["profiled_ratio"].get<double>(), rj["best_speedup_ratio"].get<double>(),
+                 rj["equal_time_best_ratio"].get<double>(),
                  rj.contains("target_speedup") ? fmt::format("  to target {:.2f}x", rj["target_speedup"].get<double>()) : "");
     }
     if (oracle_ttt > 0 && m.seconds_to_target) vs["oracle"] = {{"target_time_ratio", *m.seconds_to_target / oracle_ttt}};
@@ -294,9 +337,9 @@ int main(int argc, char** argv) {
     }
     const std::string_view cmd = argv[1];
     programs::args a(argc, argv,
-                     {"modes", "tasks", "rounds", "corpus", "corpus-seed", "seed", "devices", "streams", "target",
+                     {"modes", "tasks", "rounds", "corpus", "corpus-seed", "seed", "seeds", "devices", "streams", "target",
                       "prefix-hit", "out"},
-                     {"help"}, 2);
+                     {"help", "no-equal-time"}, 2);
     if (cmd == "e2e") return bench_e2e(a);
     if (cmd == "engine") return bench_engine(a);
     fmt::print(stderr, "specgen-bench: unknown benchmark '{}'\n{}", cmd, usage_text);

@@ -714,12 +714,21 @@ struct gate {
   std::uint64_t min_prefix_tokens = 0;  ///< reasoning tokens before the first fork
   int max_forks_per_round = std::numeric_limits<int>::max();
   int max_forks_in_flight = std::numeric_limits<int>::max();  ///< of this stream, still generating
+  /// Backpressure: no fork while this many candidates wait for validation.
+  /// A candidate queued behind a long line brings its feedback too late to
+  /// stop the reasoning, and only adds stale work that the round's end cancels.
+  std::uint64_t max_validation_queue = std::numeric_limits<std::uint64_t>::max();
+  /// The same for profiling: profiling is FIFO, so a long line delays the
+  /// round's own final answer, which the round waits for.
+  std::uint64_t max_profiling_queue = std::numeric_limits<std::uint64_t>::max();
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
     f("min_gap_tokens", s.min_gap_tokens);
     f("min_prefix_tokens", s.min_prefix_tokens);
     f("max_forks_per_round", s.max_forks_per_round);
     f("max_forks_in_flight", s.max_forks_in_flight);
+    f("max_validation_queue", s.max_validation_queue);
+    f("max_profiling_queue", s.max_profiling_queue);
   }
   [[nodiscard]] std::string invalid() const {
     if (max_forks_per_round < 0) return fmt::format("max_forks_per_round must be >= 0, got {}", max_forks_per_round);
@@ -729,7 +738,8 @@ struct gate {
   /// True when a fork may happen now.
   [[nodiscard]] bool open(const stream_view& v, const trigger_context& c) const noexcept {
     return v.tokens >= min_prefix_tokens && c.tokens_since_fork >= min_gap_tokens &&
-           c.forks_this_round < max_forks_per_round && c.forks_in_flight < max_forks_in_flight;
+           c.forks_this_round < max_forks_per_round && c.forks_in_flight < max_forks_in_flight &&
+           c.validation_queue < max_validation_queue && c.profiling_queue < max_profiling_queue;
   }
   friend bool operator==(const gate&, const gate&) = default;
   friend void to_json(nlohmann::json& j, const gate& g) { j = detail::write_fields(g); }
@@ -806,13 +816,16 @@ expected<any_trigger, error> make_text_trigger(const nlohmann::json& body, const
  * least 256 reasoning tokens before the first fork and between forks (a
  * draft-early trace rewrites its kernel about every 180 tokens, so a fork
  * catches at most one draft per revision); at most 24 forks per round and 4
- * in flight per stream (bounds the extra tokens of a 32K-token trace).
+ * in flight per stream (bounds the extra tokens of a 32K-token trace); no fork
+ * while 16 or more candidates wait for validation or 8 for profiling
+ * (backpressure).
  */
 inline any_trigger default_trigger() {
   return triggers::gated<any_trigger>(
       triggers::any_of(triggers::fence_closed{}, triggers::design_decision{}, triggers::implementation_hint{},
                        triggers::function_body_complete{}, triggers::idle_resources{}),
-      triggers::gate{.min_gap_tokens = 256, .min_prefix_tokens = 256, .max_forks_per_round = 24, .max_forks_in_flight = 4});
+      triggers::gate{.min_gap_tokens = 256, .min_prefix_tokens = 256, .max_forks_per_round = 24, .max_forks_in_flight = 4,
+                     .max_validation_queue = 16, .max_profiling_queue = 8});
 }
 
 /**

@@ -194,7 +194,7 @@ class replay_model {
     auto pit = streams_.find(f.parent);
     if (pit == streams_.end() || !pit->second->is_main())
       return unexpected(backend_error{fmt::format("replay: fork parent {} is not a reasoning stream of this model", f.parent), false});
-    const stream& parent = *pit->second;
+    stream& parent = *pit->second;
     const sequence& pq = parent.seqs.front();
     const std::uint64_t p = f.reasoning_prefix.size();
     if (p > pq.emitted_reasoning)
@@ -219,8 +219,12 @@ class replay_model {
     const std::uint64_t leased = f.kv ? std::min(f.kv->cached_tokens, prefix - server) : 0;
     const std::uint64_t computed = s->prompt_tokens - server - leased;
     s->answers.reserve(static_cast<std::size_t>(f.samples));
+    const auto point = outcome_of_fork(*s->source, p, 0, params_.early_fork_answer).at_token;
+    int& drawn = parent.drawn[point ? *point + 1 : 0];
+    const int first = drawn;
+    drawn += f.samples;
     for (int i = 0; i < f.samples; ++i) {
-      const fork_outcome o = outcome_of_fork(*s->source, p, i, params_.early_fork_answer);
+      const fork_outcome o = outcome_of_fork(*s->source, p, first + i, params_.early_fork_answer);
       s->answers.push_back(expand_answer(o.answer));
       const std::uint64_t salt = fnv1a(s->source->id + "#fork") ^
                                  detail::mix64(o.at_token ? *o.at_token + 1 : 0) ^ detail::mix64(~o.entry_sample);
@@ -298,6 +302,10 @@ class replay_model {
     std::vector<token_text> answers;  ///< fork samples' texts
     std::uint64_t prompt_tokens = 0;
     std::vector<sequence> seqs;
+    /// Samples already drawn per fork point by forks of this (main) stream:
+    /// a new fork from the same fork point draws the next recorded samples, as
+    /// sampling again at temperature > 0 would, instead of repeating the first.
+    std::map<std::uint64_t, int> drawn;
     [[nodiscard]] bool is_main() const noexcept { return answers.empty(); }
   };
 
