@@ -42,31 +42,8 @@ done
 # Relative to where the caller stands, not to the repository.
 case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
 
-# Debian package names of everything the build and the tests need.
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcurl4-openssl-dev pkg-config)
-
-install_packages() {
-  if ! command -v dpkg-query >/dev/null; then
-    echo "test.sh: not a Debian system; make sure these (or equivalents) are installed: ${packages[*]}" >&2
-    return
-  fi
-  local missing=() p
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  ((${#missing[@]})) || return 0
-
-  local sudo=()
-  if ((EUID != 0)); then
-    command -v sudo >/dev/null ||
-      { echo "test.sh: missing packages (${missing[*]}) and not root, no sudo; install them or use --no-install" >&2; exit 1; }
-    sudo=(sudo)
-  fi
-  echo "test.sh: installing ${missing[*]}"
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-}
-
+# shellcheck source=scripts/deps.sh
+source "$repo/scripts/deps.sh"
 if ((install_missing)); then install_packages; fi
 
 cmake_args=(-S "$repo" -B "$build_dir" -G Ninja -DSPECGEN_WERROR=ON)

@@ -25,6 +25,7 @@
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
+#include <specgen/extract.hpp>
 #include <specgen/policy/fields.hpp>
 
 #include <fmt/format.h>
@@ -89,80 +90,34 @@ constexpr bool is_word_char(char c) noexcept {
 }
 constexpr bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
 
-/// Feeds each character a trigger has not seen yet to `feed`; true if any
-/// character completed an event. Triggers remember how far they scanned, so a
-/// resource tick (no new text) scans nothing.
-template <class Feed>
-bool scan_new_text(const stream_view& v, std::size_t& scanned, Feed&& feed) {
+/// The text a trigger has not scanned yet; afterwards all of `v.text` counts
+/// as scanned. Triggers remember how far they scanned, so a resource tick (no
+/// new text) scans nothing.
+inline std::string_view unscanned(const stream_view& v, std::size_t& scanned) {
   // A text shorter than what was scanned means one trigger was fed two streams
   // (a caller bug: copy the prototype per stream); never index past the end.
-  std::size_t from = scanned <= v.text.size() ? scanned : std::min(v.new_from, v.text.size());
-  bool fired = false;
-  for (std::size_t i = from; i < v.text.size(); ++i) fired = feed(v.text[i]) || fired;
+  const std::size_t from = scanned <= v.text.size() ? scanned : std::min(v.new_from, v.text.size());
   scanned = v.text.size();
+  return v.text.substr(from);
+}
+
+/// Feeds each character a trigger has not seen yet to `feed`; true if any
+/// character completed an event.
+template <class Feed>
+bool scan_new_text(const stream_view& v, std::size_t& scanned, Feed&& feed) {
+  bool fired = false;
+  for (char c : unscanned(v, scanned)) fired = feed(c) || fired;
   return fired;
 }
 
-/// Incremental Markdown fence tracking (``` or ~~~, three or more, at the
-/// start of a line, any indentation so fences inside list items count).
-/// A line is classified when its newline arrives. Could later share code with
-/// extract.hpp's fence_scanner.
-class fence_tracker {
- public:
-  enum class event : std::uint8_t { none, opened, closed };
-
-  event feed(char c) {
-    if (c != '\n') {
-      if (line_.size() < max_line) line_ += c;
-      else if (!is_blank(c)) overflow_ = true;
-      return event::none;
-    }
-    const event e = classify();
-    line_.clear();
-    overflow_ = false;
-    return e;
-  }
-  [[nodiscard]] bool in_fence() const noexcept { return open_len_ > 0; }
-  /// Lower-cased first word of the info string of the open fence, or of the one that just closed.
-  [[nodiscard]] const std::string& lang() const noexcept { return lang_; }
-
- private:
-  static constexpr std::size_t max_line = 256;  // enough for any fence line; longer lines only need "non-blank after"
-
-  event classify() {
-    std::string_view s = line_;
-    std::size_t i = 0;
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-    if (i == s.size() || (s[i] != '`' && s[i] != '~')) return event::none;
-    const char f = s[i];
-    std::size_t n = 0;
-    while (i + n < s.size() && s[i + n] == f) ++n;
-    if (n < 3) return event::none;
-    std::string_view rest = s.substr(i + n);
-    while (!rest.empty() && is_blank(rest.front())) rest.remove_prefix(1);
-    while (!rest.empty() && is_blank(rest.back())) rest.remove_suffix(1);
-    if (in_fence()) {
-      if (f != fence_char_ || n < open_len_ || !rest.empty() || overflow_) return event::none;
-      open_len_ = 0;
-      return event::closed;
-    }
-    if (f == '`' && rest.find('`') != std::string_view::npos) return event::none;  // inline code, not a fence
-    fence_char_ = f;
-    open_len_ = n;
-    lang_.clear();
-    for (char c : rest) {
-      if (is_blank(c) || c == '{') break;
-      lang_ += ascii_lower(c);
-    }
-    return event::opened;
-  }
-
-  std::string line_;
-  bool overflow_ = false;
-  char fence_char_ = 0;
-  std::size_t open_len_ = 0;
-  std::string lang_;
-};
+/// Feeds one character to `fences`; true when it is the newline that ends an
+/// opening or a closing fence line, for triggers that care per character
+/// whether the text is prose.
+inline bool crosses_fence(fence_scanner& fences, char c) {
+  const bool was_inside = fences.inside_fence();
+  fences.feed(std::string_view(&c, 1));  // a closed block is seen as the change of inside_fence()
+  return fences.inside_fence() != was_inside;
+}
 
 /// Case-insensitive incremental phrase matching, robust to any chunking.
 /// A phrase must start at a word boundary ("reuse shared memory" is not "use
@@ -216,119 +171,6 @@ class phrase_matcher {
   std::array<std::uint32_t, 257> bucket_{};  // phrases ending in byte b: [bucket_[b], bucket_[b + 1])
   std::size_t max_len_ = 0;
   std::string window_;
-};
-
-/// Finds `__global__` functions and reports when a body's braces balance back
-/// to zero, in fences or in prose. Comments, string and character literals
-/// inside a body are skipped; a fence boundary, a second `__global__` or a
-/// signature that runs into ';' abandons the function in progress.
-class body_tracker {
- public:
-  bool feed(char c, fence_tracker::event fence) {
-    const bool keyword = keyword_.feed(c);
-    if (fence != fence_tracker::event::none) {
-      state_ = state::idle;
-      return false;
-    }
-    switch (state_) {
-      case state::idle:
-        if (keyword) start_signature();
-        return false;
-      case state::signature: return feed_signature(c, keyword);
-      case state::body: return feed_body(c, keyword);
-    }
-    return false;
-  }
-
- private:
-  enum class state : std::uint8_t { idle, signature, body };
-  enum class lex : std::uint8_t { code, line_comment, block_comment, string, character };
-  static constexpr int max_signature = 600;  // longer than any signature; prose mentioning __global__ gives up
-  static constexpr int max_char_literal = 4;
-
-  void start_signature() {
-    state_ = state::signature;
-    signature_chars_ = 0;
-    paren_ = false;
-    prev_ = 0;
-  }
-
-  bool feed_signature(char c, bool keyword) {
-    if (keyword) {
-      start_signature();
-      return false;
-    }
-    ++signature_chars_;
-    if (c == '(') paren_ = true;
-    const bool blank_line = c == '\n' && prev_ == '\n';
-    prev_ = c;
-    if (c == ';' || blank_line || signature_chars_ > max_signature) {
-      state_ = state::idle;
-    } else if (c == '{') {
-      state_ = paren_ ? state::body : state::idle;
-      depth_ = 1;
-      lex_ = lex::code;
-      prev_ = 0;
-    }
-    return false;
-  }
-
-  bool feed_body(char c, bool keyword) {
-    const char prev = prev_;
-    prev_ = c;
-    switch (lex_) {
-      case lex::code:
-        if (keyword) {
-          start_signature();
-          return false;
-        }
-        if (c == '/' && prev == '/') lex_ = lex::line_comment;
-        else if (c == '*' && prev == '/') {
-          lex_ = lex::block_comment;
-          prev_ = 0;  // so "/*/" does not close at once
-        } else if (c == '"') {
-          lex_ = lex::string;
-          escaped_ = false;
-        } else if (c == '\'') {
-          lex_ = lex::character;
-          escaped_ = false;
-          literal_len_ = 0;
-        } else if (c == '{') {
-          ++depth_;
-        } else if (c == '}' && --depth_ == 0) {
-          state_ = state::idle;
-          return true;
-        }
-        return false;
-      case lex::line_comment:
-        if (c == '\n') lex_ = lex::code;
-        return false;
-      case lex::block_comment:
-        if (c == '/' && prev == '*') lex_ = lex::code;
-        return false;
-      case lex::string:
-      case lex::character: {
-        const char quote = lex_ == lex::string ? '"' : '\'';
-        // A literal never spans lines; a lone apostrophe in prose-like code must not swallow braces.
-        if (c == '\n' || (!escaped_ && c == quote) ||
-            (lex_ == lex::character && ++literal_len_ > max_char_literal))
-          lex_ = lex::code;
-        escaped_ = !escaped_ && c == '\\';
-        return false;
-      }
-    }
-    return false;
-  }
-
-  phrase_matcher keyword_{std::vector<std::string>{"__global__"}};
-  state state_ = state::idle;
-  lex lex_ = lex::code;
-  int signature_chars_ = 0;
-  bool paren_ = false;
-  int depth_ = 0;
-  char prev_ = 0;
-  bool escaped_ = false;
-  int literal_len_ = 0;
 };
 
 inline std::string check_samples(int samples) {
@@ -416,7 +258,8 @@ namespace triggers {
 
 /**
  * Fires when a fenced code block whose language tag is one of `languages`
- * closes: each draft kernel of a draft-early trace.
+ * closes: each draft kernel of a draft-early trace. Fences are read by
+ * `fence_scanner`; the language is its tag up to any `{` (```` ```cuda{.numberLines} ````).
  *
  * @code
  *   specgen::triggers::fence_closed t{{.samples = 2, .languages = {"cuda", "cu"}}};
@@ -444,10 +287,8 @@ class fence_closed {
   }
 
   [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context&) {
-    const bool fired = detail::scan_new_text(v, scanned_, [&](char c) {
-      return fences_.feed(c) == detail::fence_tracker::event::closed &&
-             std::find(p_.languages.begin(), p_.languages.end(), fences_.lang()) != p_.languages.end();
-    });
+    bool fired = false;
+    for (const auto& block : fences_.feed(detail::unscanned(v, scanned_))) fired = fired || wanted(block.tag);
     return fired ? std::optional<trigger_fire>(trigger_fire{name(), p_.samples}) : std::nullopt;
   }
   [[nodiscard]] std::string name() const { return "fence_closed"; }
@@ -455,8 +296,13 @@ class fence_closed {
   [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
 
  private:
+  [[nodiscard]] bool wanted(std::string_view tag) const {
+    tag = tag.substr(0, tag.find('{'));
+    return std::find(p_.languages.begin(), p_.languages.end(), tag) != p_.languages.end();
+  }
+
   params p_;
-  detail::fence_tracker fences_;
+  fence_scanner fences_;
   std::size_t scanned_ = 0;
 };
 
@@ -531,7 +377,7 @@ class phrase_trigger {
 
  private:
   bool feed(char c) {
-    const auto fence = fences_.feed(c);
+    const bool fence_line = detail::crosses_fence(fences_, c);
     const bool matched = matcher_.feed(c);
     bool fire = false;
     if (waited_ >= 0) {
@@ -539,7 +385,7 @@ class phrase_trigger {
       fire = c == '\n' || (after_punct_ && detail::is_blank(c)) || waited_ > p_.max_wait_chars;
       if (fire) waited_ = -1;
     }
-    const bool prose = !p_.prose_only || (!fences_.in_fence() && fence == detail::fence_tracker::event::none);
+    const bool prose = !p_.prose_only || (!fence_line && !fences_.inside_fence());
     if (matched && prose && waited_ < 0 && !fire) waited_ = 0;
     after_punct_ = c == '.' || c == '!' || c == '?' || c == ':' || c == ';';
     return fire;
@@ -547,7 +393,7 @@ class phrase_trigger {
 
   params p_;
   detail::phrase_matcher matcher_;
-  detail::fence_tracker fences_;
+  fence_scanner fences_;
   int waited_ = -1;  ///< characters since an unanswered phrase, -1 when none is pending
   bool after_punct_ = false;
   std::size_t scanned_ = 0;
@@ -559,7 +405,9 @@ using implementation_hint = phrase_trigger<detail_tags::implementation_hint>;
 /**
  * Fires when a `__global__` function's body closes (its braces balance back
  * to zero), in a fence or inline in prose: think-then-write traces that write
- * code without fences.
+ * code without fences. Each function is followed by a `brace_tracker` from
+ * its `__global__` on (braces in comments and literals do not count); a fence
+ * line abandons the functions in progress.
  */
 class function_body_complete {
  public:
@@ -578,7 +426,7 @@ class function_body_complete {
   explicit function_body_complete(params p) : p_(p) { detail::require_valid(p_, "function_body_complete"); }
 
   [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context&) {
-    const bool fired = detail::scan_new_text(v, scanned_, [&](char c) { return body_.feed(c, fences_.feed(c)); });
+    const bool fired = detail::scan_new_text(v, scanned_, [&](char c) { return feed(c); });
     return fired ? std::optional<trigger_fire>(trigger_fire{name(), p_.samples}) : std::nullopt;
   }
   [[nodiscard]] std::string name() const { return "function_body_complete"; }
@@ -586,9 +434,39 @@ class function_body_complete {
   [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
 
  private:
+  // Like extract.hpp's inline kernel search, a tracker starts at each
+  // `__global__`, never in the prose before it: prose holds `//` (URLs), `/*`
+  // (globs) and apostrophes that a C lexer would read as comments and literals.
+  // A `__global__` inside a body starts another tracker rather than replacing
+  // the first: it is a rewrite after an abandoned draft, or words in a comment.
+  // The first body to close fires and ends them all.
+  bool feed(char c) {
+    const bool keyword = keyword_.feed(c);
+    if (detail::crosses_fence(fences_, c)) {  // a draft cut off by its fence never closes
+      functions_.clear();
+      return false;
+    }
+    bool completed = false;
+    for (auto& f : functions_)
+      for (const auto& e : f.feed(std::string_view(&c, 1))) completed = completed || e.kind == kernel_event_kind::completed;
+    if (completed) {
+      functions_.clear();
+      return true;
+    }
+    std::erase_if(functions_, [](const brace_tracker& f) { return f.idle(); });  // a prototype, or prose
+    if (keyword) {
+      if (functions_.size() == max_open) functions_.erase(functions_.begin());
+      functions_.emplace_back().feed("__global__");
+    }
+    return false;
+  }
+
+  static constexpr std::size_t max_open = 4;  // bounds the work when prose keeps naming __global__ inside a body
+
   params p_;
-  detail::fence_tracker fences_;
-  detail::body_tracker body_;
+  fence_scanner fences_;
+  detail::phrase_matcher keyword_{std::vector<std::string>{"__global__"}};
+  std::vector<brace_tracker> functions_;  ///< one per `__global__` whose function is still open, oldest first
   std::size_t scanned_ = 0;
 };
 
