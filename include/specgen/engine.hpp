@@ -87,6 +87,25 @@ struct engine_config {
   prompt_params prompt{};
 };
 
+/// The configuration as JSON: what `config_from_json` (modes.hpp) reads back,
+/// and what the journal's run_start records.
+inline nlohmann::json to_json(const engine_config& c) {
+  return {{"seed", c.seed},
+          {"strategy", c.strategy.to_json()},
+          {"trigger", c.trigger.config()},
+          {"termination", c.termination.config()},
+          {"pool", nlohmann::json(c.pool)},
+          {"kv", c.kv.config()},
+          {"budget",
+           {{"max_rounds", c.budget.max_rounds},
+            {"max_seconds", c.budget.max_seconds},
+            {"max_tokens", c.budget.max_tokens},
+            {"target_speedup", c.budget.target_speedup},
+            {"stop_at_target", c.budget.stop_at_target}}},
+          {"max_streams", c.max_streams},
+          {"cancel_running_at_round_end", c.cancel_running_at_round_end}};
+}
+
 /// Live state of one search, for progress displays.
 struct search_progress {
   int search = 0;
@@ -307,13 +326,7 @@ template <backend B, evaluator E, clock C>
 run_result engine<B, E, C>::run() {
   started_ = loop_.now();
   if (journal_)
-    journal_->write_run_start(loop_.now(), cfg_.seed,
-                              {{"strategy", cfg_.strategy.name()},
-                               {"trigger", cfg_.trigger.name()},
-                               {"termination", cfg_.termination.name()},
-                               {"pool", cfg_.pool.name()},
-                               {"kv", cfg_.kv.name()},
-                               {"searches", searches_.size()}});
+    journal_->write_run_start(loop_.now(), cfg_.seed, to_json(cfg_));
   searches_left_ = 0;
   for (auto& s : searches_) {
     if (s->done) continue;

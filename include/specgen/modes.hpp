@@ -168,22 +168,4 @@ inline expected<engine_config, error> config_from_json(const nlohmann::json& j, 
   return c;
 }
 
-/// The configuration as JSON (what `config_from_json` reads back).
-inline nlohmann::json to_json(const engine_config& c) {
-  return {{"seed", c.seed},
-          {"strategy", c.strategy.to_json()},
-          {"trigger", c.trigger.config()},
-          {"termination", c.termination.config()},
-          {"pool", c.pool.params()},
-          {"kv", c.kv.config()},
-          {"budget",
-           {{"max_rounds", c.budget.max_rounds},
-            {"max_seconds", c.budget.max_seconds},
-            {"max_tokens", c.budget.max_tokens},
-            {"target_speedup", c.budget.target_speedup},
-            {"stop_at_target", c.budget.stop_at_target}}},
-          {"max_streams", c.max_streams},
-          {"cancel_running_at_round_end", c.cancel_running_at_round_end}};
-}
-
 SPECGEN_END_NAMESPACE

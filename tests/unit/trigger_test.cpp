@@ -108,6 +108,11 @@ TEST_CASE("fence_closed matches language tags case-insensitively and honours a c
   CHECK(char_by_char(triggers::fence_closed{{.samples = 1, .languages = {"Python"}}}, text).size() == 1);
 }
 
+TEST_CASE("fence_closed reads the language tag up to an attribute block") {
+  const std::string text = "```cuda{.numberLines}\nk\n```\n";
+  CHECK(char_by_char(triggers::fence_closed{}, text) == std::vector<std::size_t>{text.size()});
+}
+
 TEST_CASE("a fence closes only with the same fence character, at least as long, alone on its line") {
   const std::string text = "````cuda\na\n```\n~~~~\n```` trailing\n````\n";
   // "```" is too short, "~~~~" is another character, "```` trailing" has text: only the last line closes.
@@ -179,6 +184,23 @@ TEST_CASE("function_body_complete ignores prose that mentions __global__ without
   CHECK(char_by_char(triggers::function_body_complete{}, text).empty());
   const std::string abandoned = "```cuda\n__global__ void k(int* x) {\n  x[0] = 1;\n```\nThen { and } later.\n";
   CHECK(char_by_char(triggers::function_body_complete{}, abandoned).empty());
+}
+
+TEST_CASE("function_body_complete is not blinded by comment or quote marks in the prose before a function") {
+  const std::string text =
+      "See https://docs.nvidia.com, files like src/*.cu and Let's \"go. Now __global__ void k(int* x) { x[0] = 1; } done";
+  CHECK(char_by_char(triggers::function_body_complete{}, text) == std::vector<std::size_t>{after(text, "x[0] = 1; }")});
+}
+
+TEST_CASE("function_body_complete fires for a rewrite that follows an abandoned inline draft") {
+  const std::string text =
+      "__global__ void k(int* x) { if (x) { x[0] = 1; Hmm, no, simpler: __global__ void k(int* x) { x[0] = 2; } ok";
+  CHECK(char_by_char(triggers::function_body_complete{}, text) == std::vector<std::size_t>{after(text, "x[0] = 2; }")});
+}
+
+TEST_CASE("function_body_complete still fires for a body whose comment mentions __global__") {
+  const std::string text = "__global__ void k(int* x) {\n  // a __global__ void f() cannot return\n  x[0] = 1;\n}\n";
+  CHECK(char_by_char(triggers::function_body_complete{}, text) == std::vector<std::size_t>{text.size() - 1});
 }
 
 TEST_CASE("text triggers fire at the same places whatever the chunking") {
