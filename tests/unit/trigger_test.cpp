@@ -318,15 +318,26 @@ TEST_CASE("a resource tick with no new text fires no text trigger") {
   CHECK(t.on_chunk({.text = text + ".\n", .new_from = text.size(), .tokens = 5}, {}));
 }
 
-TEST_CASE("the default trigger is the paper's set behind a gate") {
+TEST_CASE("the default trigger is the paper's set: text triggers behind one gate, idle resources behind another") {
   const auto cfg = default_trigger().config();
   REQUIRE(cfg.contains("any_of"));
+  REQUIRE(cfg["any_of"].size() == 2);
+  const auto& text = cfg["any_of"][0];
+  const auto& idle = cfg["any_of"][1];
   std::vector<std::string> kinds;
-  for (const auto& m : cfg["any_of"]) kinds.push_back(m.begin().key());
+  for (const auto& m : text["any_of"]) kinds.push_back(m.begin().key());
   CHECK(kinds == std::vector<std::string>{"fence_closed", "design_decision", "implementation_hint",
-                                          "function_body_complete", "idle_resources"});
-  CHECK(cfg["gate"]["min_gap_tokens"] == 256);
-  CHECK(cfg["gate"]["max_forks_per_round"] == 24);
+                                          "function_body_complete"});
+  CHECK(text["gate"]["min_gap_tokens"] == 256);
+  CHECK(text["gate"]["max_forks_per_round"] == 24);
+  REQUIRE(idle.contains("idle_resources"));
+  CHECK(idle["idle_resources"]["samples"] == 3);
+  CHECK(idle["gate"]["min_gap_tokens"] == 0);  // idle GPUs are refilled without waiting for design text
+  CHECK(idle["gate"]["max_validation_queue"] == 16);
+  // The configuration rebuilds the same trigger.
+  auto rebuilt = make_trigger(cfg);
+  REQUIRE(rebuilt);
+  CHECK(rebuilt->config() == cfg);
 
   // It forks on a draft-early trace once enough reasoning has passed.
   any_trigger t = default_trigger();
@@ -398,4 +409,22 @@ TEST_CASE("make_trigger rejects bad configs with messages that say what to fix")
 TEST_CASE("invalid params in code are a programming error") {
   CHECK_THROWS_AS(triggers::fence_closed({.samples = 0}), std::invalid_argument);
   CHECK_THROWS_AS(triggers::token_interval({.samples = 1, .every_tokens = 0}), std::invalid_argument);
+}
+
+TEST_CASE("idle_resources refills an idle pool only while few of the stream's forks are generating") {
+  any_trigger t = triggers::idle_resources{{.samples = 3, .min_tokens = 100, .max_in_flight = 2}};
+  const std::string text = "thinking";
+  auto tick = [&](std::uint64_t tokens, int idle, std::size_t queue, int in_flight) {
+    return t.on_chunk({.text = text, .new_from = text.size(), .tokens = tokens},
+                      {.idle_validation = idle, .validation_queue = queue, .forks_in_flight = in_flight});
+  };
+  CHECK_FALSE(tick(150, 0, 0, 0));  // nothing idle
+  CHECK_FALSE(tick(150, 1, 2, 0));  // idle, but work is already queued for it
+  CHECK_FALSE(tick(150, 1, 0, 2));  // two forks already on their way
+  auto fire = tick(150, 1, 0, 1);
+  REQUIRE(fire);
+  CHECK(fire->samples == 3);
+  CHECK_FALSE(tick(200, 1, 0, 0));  // within min_tokens of the last fire
+  CHECK(tick(260, 1, 0, 0));
+  CHECK_FALSE(make_trigger(nlohmann::json::parse(R"({"idle_resources": {"max_in_flight": 0}})")));
 }
