@@ -706,7 +706,7 @@ expected<any_trigger, error> make_text_trigger(const nlohmann::json& body, const
  * design text: K = 3, at most every 128 tokens, while no other fork of the
  * stream is generating. Both stop while 16 candidates wait for validation or
  * 8 for profiling (backpressure). With 8 searches on 4 simulated GPUs this
- * raised pool utilisation from 0.44 to about 0.78 (docs/benchmarks.md).
+ * raised pool utilisation from 0.44 to 0.76 (docs/benchmarks.md).
  */
 inline any_trigger default_trigger() {
   return triggers::any_of(
