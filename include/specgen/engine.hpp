@@ -29,6 +29,7 @@
 #include <specgen/evaluator.hpp>
 #include <specgen/extract.hpp>
 #include <specgen/journal.hpp>
+#include <specgen/json.hpp>
 #include <specgen/policy/kv.hpp>
 #include <specgen/policy/pool.hpp>
 #include <specgen/policy/strategy.hpp>
@@ -84,7 +85,6 @@ struct engine_config {
   int max_streams = 0;                      ///< 0: the backend's limit
   bool cancel_running_at_round_end = false; ///< also stop running (not only queued) stale jobs
   bool extract_inline_code = true;          ///< forks of think-then-write traces may answer without fences
-  prompt_params prompt{};
 };
 
 /// The configuration as JSON: what `config_from_json` (modes.hpp) reads back,
@@ -102,8 +102,11 @@ inline nlohmann::json to_json(const engine_config& c) {
             {"max_tokens", c.budget.max_tokens},
             {"target_speedup", c.budget.target_speedup},
             {"stop_at_target", c.budget.stop_at_target}}},
+          {"main_sampling", c.main_sampling},
+          {"fork_sampling", c.fork_sampling},
           {"max_streams", c.max_streams},
-          {"cancel_running_at_round_end", c.cancel_running_at_round_end}};
+          {"cancel_running_at_round_end", c.cancel_running_at_round_end},
+          {"extract_inline_code", c.extract_inline_code}};
 }
 
 /// Live state of one search, for progress displays.

@@ -110,12 +110,14 @@ inline expected<search_budget, error> budget_from_json(const nlohmann::json& j) 
 
 /// An engine configuration from JSON: a `mode` to start from (default
 /// "specgen"), then any of `seed`, `strategy`, `trigger`, `termination`,
-/// `pool`, `kv`, `budget`, `max_streams`, `cancel_running_at_round_end`
-/// overriding it. Every error names the key.
+/// `pool`, `kv`, `budget`, `main_sampling`, `fork_sampling`, `max_streams`,
+/// `cancel_running_at_round_end`, `extract_inline_code` overriding it. Every
+/// error names the key.
 inline expected<engine_config, error> config_from_json(const nlohmann::json& j, const mode_options& o = {}) {
   if (!j.is_object()) return unexpected(error{"config: expected a JSON object"});
   if (auto r = detail::check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv",
-                                                      "budget", "max_streams", "cancel_running_at_round_end"});
+                                                      "budget", "main_sampling", "fork_sampling", "max_streams",
+                                                      "cancel_running_at_round_end", "extract_inline_code"});
       !r)
     return unexpected(r.error());
   auto base = mode_config(j.contains("mode") && j["mode"].is_string() ? j["mode"].get<std::string>() : "specgen", o);
@@ -160,6 +162,25 @@ inline expected<engine_config, error> config_from_json(const nlohmann::json& j, 
     if (!j["max_streams"].is_number_integer() || j["max_streams"].get<int>() < 0)
       return fail("max_streams", {"expected an integer >= 0"});
     c.max_streams = j["max_streams"].get<int>();
+  }
+  for (auto [key, target] : {std::pair{"main_sampling", &c.main_sampling}, std::pair{"fork_sampling", &c.fork_sampling}}) {
+    if (!j.contains(key)) continue;
+    const auto& sj = j[key];
+    if (!sj.is_object()) return fail(key, {"expected an object with temperature, top_p, max_tokens"});
+    if (auto r = detail::check_known_keys(sj, key, {"temperature", "top_p", "max_tokens"}); !r) return unexpected(r.error());
+    try {
+      target->temperature = sj.value("temperature", target->temperature);
+      target->top_p = sj.value("top_p", target->top_p);
+      target->max_tokens = sj.value("max_tokens", target->max_tokens);
+    } catch (const nlohmann::json::exception& e) {
+      return fail(key, {e.what()});
+    }
+    if (target->temperature < 0 || target->top_p <= 0 || target->top_p > 1 || target->max_tokens < 1)
+      return fail(key, {"temperature must be >= 0, top_p in (0, 1], max_tokens >= 1"});
+  }
+  if (j.contains("extract_inline_code")) {
+    if (!j["extract_inline_code"].is_boolean()) return fail("extract_inline_code", {"expected true or false"});
+    c.extract_inline_code = j["extract_inline_code"].get<bool>();
   }
   if (j.contains("cancel_running_at_round_end")) {
     if (!j["cancel_running_at_round_end"].is_boolean()) return fail("cancel_running_at_round_end", {"expected true or false"});

@@ -56,4 +56,13 @@ TEST_CASE("overrides apply on top of the mode") {
   CHECK(c->budget.target_speedup == 1.5);
   CHECK(c->termination.name() == "first_valid");
   CHECK(c->strategy.name() == "refine");
+
+  auto f = config_from_json(nlohmann::json::parse(R"({"fork_sampling": {"temperature": 0.3, "max_tokens": 2048}})"));
+  REQUIRE(f);
+  CHECK(f->fork_sampling.temperature == 0.3);
+  CHECK(f->fork_sampling.max_tokens == 2048);
+  CHECK(f->fork_sampling.top_p == 1.0);  // untouched fields keep the mode's value
+  auto bad = config_from_json(nlohmann::json::parse(R"({"fork_sampling": {"temprature": 0.3}})"));
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().message, Catch::Contains("unknown key 'temprature'"));
 }
