@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build and test on the GPU machine (Ubuntu 24.04, CUDA 13, g++ 13, no package
+# registry). The Debian packages the build needs travel as .deb files in .debs/
+# (fetch them here with `apt-get download libfmt-dev libfmt9 nlohmann-json3-dev
+# catch2` inside .debs/) and are unpacked into a private prefix. Results go to
+# $OUT (or ./device-out).
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${OUT:-$repo/device-out}
+prefix=/tmp/specgen-prefix
+build=/tmp/specgen-build
+mkdir -p "$out" "$prefix"
+for f in "$repo"/.debs/*.deb; do dpkg -x "$f" "$prefix"; done
+export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+{
+  echo "== $(date -u +%FT%TZ) $(uname -srm)"
+  g++ --version | head -1
+  cmake --version | head -1
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+} > "$out/env.txt" 2>&1
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+cmake -S "$repo" -B "$build" "${generator[@]}" -DSPECGEN_WERROR=ON -DCMAKE_PREFIX_PATH="$prefix/usr" \
+  -DCUDAToolkit_ROOT=/usr/local/cuda > "$out/configure.log" 2>&1 || { echo "configure failed"; tail -30 "$out/configure.log"; exit 1; }
+cmake --build "$build" -j"$(nproc)" > "$out/build.log" 2>&1 || { echo "build failed"; grep -E "error|warning" "$out/build.log" | head -40; exit 1; }
+echo "build ok (warnings: $(grep -c 'warning:' "$out/build.log"))"
+(cd "$build" && ctest -j"$(nproc)" --output-on-failure -E 'packaging' > "$out/ctest.log" 2>&1); rc=$?
+tail -15 "$out/ctest.log"
+exit $rc

@@ -1,0 +1,86 @@
+#include "nvrtc_loader.hpp"
+
+#include <fmt/format.h>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace gpu::detail {
+namespace {
+
+std::vector<std::string> candidate_libraries() {
+  if (const char* forced = std::getenv("SPECGEN_NVRTC_LIBRARY"); forced && *forced) return {forced};
+  std::vector<std::string> names{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+#ifdef SPECGEN_CUDA_LIBRARY_DIR
+  // The toolkit found at build time, for machines where it is not on the loader's path.
+  names.push_back(std::string(SPECGEN_CUDA_LIBRARY_DIR) + "/libnvrtc.so");
+#endif
+  return names;
+}
+
+template <class Fn>
+bool resolve(void* lib, const char* symbol, Fn& out, std::string& missing) {
+  out = reinterpret_cast<Fn>(dlsym(lib, symbol));
+  if (!out) missing += missing.empty() ? symbol : fmt::format(", {}", symbol);
+  return out != nullptr;
+}
+
+expected<const nvrtc_api*, error> load() {
+  const auto names = candidate_libraries();
+  void* lib = nullptr;
+  std::string tried, last_error, loaded;
+  for (const auto& name : names) {
+    // Never closed: cubins and programs may outlive any owner we could name.
+    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+      loaded = name;
+      break;
+    }
+    tried += tried.empty() ? name : ", " + name;
+    if (const char* e = dlerror()) last_error = e;
+  }
+  if (!lib)
+    return unexpected(error{fmt::format(
+        "NVRTC is not available: could not load {} ({}); install the CUDA Toolkit's NVRTC or set "
+        "SPECGEN_NVRTC_LIBRARY to the path of libnvrtc.so",
+        tried, last_error)});
+
+  static nvrtc_api api;
+  std::string missing;
+  resolve(lib, "nvrtcGetErrorString", api.get_error_string, missing);
+  resolve(lib, "nvrtcVersion", api.version, missing);
+  resolve(lib, "nvrtcCreateProgram", api.create_program, missing);
+  resolve(lib, "nvrtcDestroyProgram", api.destroy_program, missing);
+  resolve(lib, "nvrtcCompileProgram", api.compile_program, missing);
+  resolve(lib, "nvrtcGetCUBINSize", api.get_cubin_size, missing);
+  resolve(lib, "nvrtcGetCUBIN", api.get_cubin, missing);
+  resolve(lib, "nvrtcGetProgramLogSize", api.get_program_log_size, missing);
+  resolve(lib, "nvrtcGetProgramLog", api.get_program_log, missing);
+  resolve(lib, "nvrtcSetFlowCallback", api.set_flow_callback, missing);
+  if (!missing.empty())
+    return unexpected(error{fmt::format(
+        "NVRTC is not available: {} lacks {} (NVRTC 12.0 or newer is needed; set SPECGEN_NVRTC_LIBRARY "
+        "to a newer libnvrtc.so)",
+        loaded, missing)});
+
+  int major = 0, minor = 0;
+  if (api.version(&major, &minor) != NVRTC_SUCCESS)
+    return unexpected(error{fmt::format("NVRTC is not available: nvrtcVersion failed in {}", loaded)});
+  api.version_string = fmt::format("{}.{}", major, minor);
+  api.library = loaded;
+  return &api;
+}
+
+}  // namespace
+
+const expected<const nvrtc_api*, error>& load_nvrtc() {
+  static const expected<const nvrtc_api*, error> loaded = load();
+  return loaded;
+}
+
+}  // namespace gpu::detail
+SPECGEN_END_NAMESPACE

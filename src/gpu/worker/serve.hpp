@@ -1,0 +1,87 @@
+#pragma once
+/// The worker's side of the protocol, shared by `specgen-worker` and the
+/// test stand-in `specgen-fake-worker`: frames in on stdin, out on stdout.
+///
+/// The worker is single-threaded on purpose: while it runs a request it does
+/// not answer pings, and the host's per-request deadline is what catches a
+/// kernel that never returns.
+#include <specgen/gpu/protocol.hpp>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include <unistd.h>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace gpu::detail {
+
+/// Writes all of `bytes` to `fd`; false when the host has gone away.
+inline bool write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+inline bool send_frame(const frame& f) { return write_all(STDOUT_FILENO, encode(f)); }
+
+/// The device index the host asked for (SPECGEN_WORKER_DEVICE), 0 if unset.
+inline int requested_device() {
+  const char* s = std::getenv("SPECGEN_WORKER_DEVICE");
+  return s ? std::atoi(s) : 0;
+}
+
+inline bool send_hello(const nlohmann::json& device) {
+  nlohmann::json hello = {{"protocol", protocol_version}, {"pid", static_cast<long>(::getpid())}, {"device", device}};
+  return send_frame({message_type::hello, 0, encode_body(hello)});
+}
+
+using request_handler = std::function<response(const request&)>;
+
+/// Answers pings and requests until shutdown or end of input; the exit status
+/// for main(). Input that is not the protocol ends the worker (status 2): the
+/// host is broken and a guess would be worse.
+inline int serve(const request_handler& handle) {
+  frame_decoder decoder;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return 0;  // the host closed the channel
+    decoder.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+    while (true) {
+      auto f = decoder.next();
+      if (!f) {
+        std::fprintf(stderr, "specgen-worker: %s\n", f.error().message.c_str());
+        return 2;
+      }
+      if (!*f) break;
+      const frame& in = **f;
+      switch (in.type) {
+        case message_type::ping:
+          if (!send_frame({message_type::pong, in.request_id, {}})) return 0;
+          break;
+        case message_type::shutdown: return 0;
+        case message_type::request: {
+          auto r = read_request(in);
+          response out = r ? handle(*r) : response{.ok = false, .result = {}, .error = r.error().message, .binary = {}};
+          if (!send_frame(make_response(in.request_id, out))) return 0;
+          break;
+        }
+        default: break;  // host-bound types are ignored
+      }
+    }
+  }
+}
+
+}  // namespace gpu::detail
+SPECGEN_END_NAMESPACE
