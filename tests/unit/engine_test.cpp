@@ -262,3 +262,85 @@ TEST_CASE("a stream limit of one serialises main streams and skips forks") {
   for (const auto& s : r.searches) CHECK(s.rounds == 2);
   CHECK(w.checked.forks == 0);
 }
+
+namespace {
+
+/// A backend whose requests fail: round 1's stream cannot start, and round 2's
+/// stream breaks after 40 chunks, as a dropped server connection does.
+template <backend B>
+class flaky_backend : private stream_sink {
+ public:
+  flaky_backend(B& inner, executor& exec) : inner_(inner), exec_(exec) {}
+  backend_limits limits() const { return inner_.limits(); }
+  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+    if (r.ctx.round == 1) return unexpected(backend_error{"HTTP 503 from the server", false});
+    auto id = inner_.start_reasoning(r, *this);
+    if (id) {
+      sinks_[*id] = &sink;
+      if (r.ctx.round == 2) breaking_.insert(*id);
+    }
+    return id;
+  }
+  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+    if (broken_.count(f.parent)) return unexpected(backend_error{"parent stream is gone", false});
+    auto id = inner_.fork(f, *this);
+    if (id) sinks_[*id] = &sink;
+    return id;
+  }
+  void cancel(stream_id id) {
+    if (!broken_.count(id)) inner_.cancel(id);
+  }
+  int broke = 0;
+
+ private:
+  void on_chunk(const stream_chunk& c) override {
+    if (broken_.count(c.id)) return;
+    sinks_.at(c.id)->on_chunk(c);
+    if (breaking_.count(c.id) && ++chunks_[c.id] == 40) {
+      broken_.insert(c.id);
+      ++broke;
+      inner_.cancel(c.id);
+      exec_.after(duration{0}, [this, id = c.id] {
+        sinks_.at(id)->on_end({.id = id, .sample = 0, .reason = finish_reason::error, .used = {}, .error = "connection reset by peer"});
+      });
+    }
+  }
+  void on_end(const stream_end& e) override {
+    if (broken_.count(e.id)) return;  // the inner cancel's end: the error was reported instead
+    sinks_.at(e.id)->on_end(e);
+  }
+
+  B& inner_;
+  executor& exec_;
+  std::map<stream_id, stream_sink*> sinks_;
+  std::map<stream_id, int> chunks_;
+  std::set<stream_id> breaking_, broken_;
+};
+
+}  // namespace
+
+TEST_CASE("a stream that cannot start or breaks mid-way ends its lane with a journaled error, and the search goes on") {
+  event_loop<virtual_clock> loop;
+  auto corpus = replay::generate_corpus({.tasks = 1, .rounds = 5, .lanes = 1}, 21);
+  replay::replay_model model(loop, corpus.traces, {});
+  sim::simulated_device device(loop, corpus.costs, {.devices = 2, .compile_slots = 1, .seed = 21});
+  flaky_backend<replay::replay_model> flaky(model, loop);
+  const auto path = temp_file("flaky.jsonl");
+  journal_writer j(path, false);
+  auto cfg = config("specgen", 5, 21);
+  engine eng(loop, flaky, device, std::move(cfg), &j);
+  eng.add_search(std::make_shared<const task>(corpus.tasks.front()));
+  const auto r = eng.run();
+  REQUIRE(r.searches.size() == 1);
+  CHECK(r.searches[0].rounds == 5);
+  CHECK(r.searches[0].end_reason == "round budget");
+  CHECK(flaky.broke == 1);
+  for (const auto& rec : eng.records(0)) CHECK((rec.eval.has_value() || rec.cancelled));
+  // Both failures are in the journal with the server's words.
+  const auto text = slurp(path);
+  CHECK(text.find("HTTP 503 from the server") != std::string::npos);
+  CHECK(text.find("connection reset by peer") != std::string::npos);
+  auto st = load_journal(path);
+  REQUIRE(st);
+  CHECK(st->searches.at(0).rounds_completed == 5);
+}
