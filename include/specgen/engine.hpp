@@ -211,6 +211,11 @@ class engine final : private stream_sink {
     std::vector<candidate_id> parents;
     std::string reasoning;
     std::vector<token_id> ids;
+    /// The KV store's key for this stream's prefix: two tokens derived from
+    /// the prompt, then the reasoning ids. The backend keeps the prompt's own
+    /// ids, so the prompt's hash stands in for them: equal reasoning under
+    /// different prompts must never share KV blocks.
+    std::vector<token_id> kv_key;
     std::string answer;
     std::optional<any_trigger> trig;
     std::uint64_t last_fork_tokens = 0;
@@ -453,6 +458,8 @@ void engine<B, E, C>::start_lane_stream(search_rt& s, int li) {
     return;
   }
   l.id = *id;
+  const std::uint64_t prompt_hash = fnv1a(l.prompt, fnv1a(req.system));
+  l.kv_key = {static_cast<token_id>(prompt_hash & 0x7fffffff), static_cast<token_id>((prompt_hash >> 32) & 0x7fffffff)};
   owners_[l.id] = stream_owner{.search = s.index, .lane = li, .fork = false};
   ++active_streams_;
 }
@@ -488,6 +495,7 @@ void engine<B, E, C>::on_chunk(const stream_chunk& c) {
   const std::size_t new_from = l.reasoning.size();
   l.reasoning += c.text;
   l.ids.insert(l.ids.end(), c.tokens.begin(), c.tokens.end());
+  l.kv_key.insert(l.kv_key.end(), c.tokens.begin(), c.tokens.end());
   consider_fork(s, l, new_from);
 }
 
@@ -512,14 +520,14 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                              {"prefix_tokens", l.ids.size()}});
     return;
   }
-  cfg_.kv.store(s.index, std::span<const token_id>(l.ids));
+  cfg_.kv.store(s.index, std::span<const token_id>(l.kv_key));
   fork_request fr{.ctx = {.task = s.t->name, .search = s.index, .round = s.round, .lane = l.lane,
                           .seed = s.seed ^ l.ids.size()},
                   .parent = l.id,
                   .reasoning_prefix = l.ids,
                   .samples = std::max(1, fire->samples),
                   .params = cfg_.fork_sampling,
-                  .kv = cfg_.kv.lease(std::span<const token_id>(l.ids))};
+                  .kv = cfg_.kv.lease(std::span<const token_id>(l.kv_key))};
   auto id = model_.fork(fr, *this);
   if (!id) {
     journal("fork_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", id.error().message}});

@@ -1,0 +1,231 @@
+#pragma once
+/// Output comparison: the validator's judgement of one output buffer against
+/// the reference, and of two runs of one candidate against each other.
+///
+/// An element passes when |got - want| <= tol.abs + tol.rel * |want|
+/// (floats, compared in double; f16/bf16 decoded exactly). NaN equals NaN,
+/// ±inf equals the same inf, and anything else non-finite is a mismatch.
+/// Integers compare exactly, whatever the tolerance says: integer results
+/// have no rounding, so any difference is a bug. On top of the element-wise
+/// test, degenerate outputs fail even when every element is within tolerance,
+/// because loose tolerances let a constant or all-zero output through.
+/// The rules and their reasons are in docs/validation-math.md.
+///
+/// @code
+///   auto c = specgen::compare_outputs(spec, got_bytes, want_bytes, "N=4096");
+///   if (!c.pass) record(specgen::make_wrong_result_verdict(c));
+/// @endcode
+#include <specgen/detail/config.hpp>
+#include <specgen/inputs.hpp>
+#include <specgen/task.hpp>
+#include <specgen/types.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+SPECGEN_BEGIN_NAMESPACE
+
+/// The result of comparing one output buffer.
+struct comparison {
+  bool pass = false;     ///< no element out of tolerance and not degenerate
+  mismatch_stats stats{};
+  std::string degenerate{};  ///< why the output is degenerate; empty when it is not
+  friend bool operator==(const comparison&, const comparison&) = default;
+};
+
+namespace detail {
+
+template <class T>
+T load(const std::byte* p) noexcept {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/// Element `i` as a double (floats exactly, integers exactly up to 2^53).
+inline double load_double(dtype d, std::span<const std::byte> b, std::size_t i) noexcept {
+  const std::byte* p = b.data() + i * size_of(d);
+  switch (d) {
+    case dtype::f16: return half_to_float(load<std::uint16_t>(p));
+    case dtype::bf16: return bf16_to_float(load<std::uint16_t>(p));
+    case dtype::f32: return load<float>(p);
+    case dtype::f64: return load<double>(p);
+    case dtype::i8: return load<std::int8_t>(p);
+    case dtype::u8: return load<std::uint8_t>(p);
+    case dtype::i32: return load<std::int32_t>(p);
+    case dtype::i64: return static_cast<double>(load<std::int64_t>(p));
+  }
+  return 0;
+}
+
+inline std::int64_t load_int(dtype d, std::span<const std::byte> b, std::size_t i) noexcept {
+  const std::byte* p = b.data() + i * size_of(d);
+  switch (d) {
+    case dtype::i8: return load<std::int8_t>(p);
+    case dtype::u8: return load<std::uint8_t>(p);
+    case dtype::i32: return load<std::int32_t>(p);
+    default: return load<std::int64_t>(p);
+  }
+}
+
+/// The element-wise part, shared by validation and the repeated-runs check.
+inline comparison compare_elements(const tensor_spec& out, std::span<const std::byte> got,
+                                   std::span<const std::byte> want, std::string shape_text, int max_indices) {
+  const std::size_t width = size_of(out.type);
+  if (got.size() != want.size() || got.size() % width != 0)
+    throw std::invalid_argument(fmt::format(
+        "compare_outputs: output '{}' buffers of {} and {} bytes are not the same whole number of {} elements",
+        out.name, got.size(), want.size(), to_string(out.type)));
+  comparison c;
+  c.stats.output = out.name;
+  c.stats.shape = std::move(shape_text);
+  const std::size_t n = got.size() / width;
+  c.stats.total = n;
+  const double inf = std::numeric_limits<double>::infinity();
+  const bool exact = !is_float(out.type);
+  for (std::size_t i = 0; i < n; ++i) {
+    double abs_err = 0, rel_err = 0;
+    bool bad = false;
+    if (exact) {
+      const std::int64_t g = load_int(out.type, got, i), w = load_int(out.type, want, i);
+      if (g != w) {
+        bad = true;
+        abs_err = std::abs(static_cast<double>(g) - static_cast<double>(w));
+        rel_err = w != 0 ? abs_err / std::abs(static_cast<double>(w)) : 0;
+      }
+    } else {
+      const double g = load_double(out.type, got, i), w = load_double(out.type, want, i);
+      if (std::isnan(g) || std::isnan(w) || std::isinf(g) || std::isinf(w)) {
+        // Non-finite values agree only when identical (NaN with NaN, inf with the same inf).
+        bad = !((std::isnan(g) && std::isnan(w)) || g == w);
+        if (bad) abs_err = rel_err = inf;
+      } else {
+        abs_err = std::abs(g - w);
+        rel_err = w != 0 ? abs_err / std::abs(w) : 0;
+        bad = abs_err > out.tol.abs + out.tol.rel * std::abs(w);
+      }
+    }
+    c.stats.max_abs = std::max(c.stats.max_abs, abs_err);
+    c.stats.max_rel = std::max(c.stats.max_rel, rel_err);
+    if (bad) {
+      if (c.stats.first_indices.size() < static_cast<std::size_t>(std::max(max_indices, 0)))
+        c.stats.first_indices.push_back(i);
+      ++c.stats.count;
+    }
+  }
+  c.pass = c.stats.count == 0;
+  return c;
+}
+
+/// Why `got` is degenerate relative to `want`, or "" when it is not.
+inline std::string degenerate_reason(dtype d, std::span<const std::byte> got, std::span<const std::byte> want) {
+  const std::size_t n = got.size() / size_of(d);
+  if (n == 0) return {};
+  if (is_poison(got, d) && !is_poison(want, d))
+    return "the output was never written: it still holds the poison the validator fills outputs with before "
+           "every run";
+  bool got_zero = true, want_zero = true, got_const = true, want_const = true;
+  std::size_t got_nonfinite = 0, want_nonfinite = 0;
+  const double g0 = load_double(d, got, 0), w0 = load_double(d, want, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = load_double(d, got, i), w = load_double(d, want, i);
+    got_zero = got_zero && g == 0;
+    want_zero = want_zero && w == 0;
+    // Bitwise for NaN: a NaN-filled output is constant too.
+    got_const = got_const && (g == g0 || (std::isnan(g) && std::isnan(g0)));
+    want_const = want_const && (w == w0 || (std::isnan(w) && std::isnan(w0)));
+    got_nonfinite += !std::isfinite(g);
+    want_nonfinite += !std::isfinite(w);
+  }
+  if (got_nonfinite > 0 && want_nonfinite == 0)
+    return fmt::format("{} of {} elements are NaN or inf while the reference has none", got_nonfinite, n);
+  if (got_zero && !want_zero) return "every element is 0 while the reference is not all zero";
+  if (got_const && !want_const)
+    return fmt::format("every element is the same value ({}) while the reference varies", g0);
+  return {};
+}
+
+inline std::string describe(const comparison& c) {
+  const auto& m = c.stats;
+  if (!c.degenerate.empty())
+    return fmt::format("output '{}' at {} is degenerate: {}", m.output, m.shape, c.degenerate);
+  std::string s = fmt::format(
+      "output '{}' at {}: {} of {} elements out of tolerance, max abs error {:.3g}, max rel error {:.3g}", m.output,
+      m.shape, m.count, m.total, m.max_abs, m.max_rel);
+  if (!m.first_indices.empty()) s += fmt::format(", first at index {}", m.first_indices.front());
+  return s;
+}
+
+}  // namespace detail
+
+/// Compares output `out` of a candidate (`got`) with the reference's
+/// (`want`), both raw buffers of `out.type`, at the validation shape
+/// `shape_text` (e.g. "N=1000,M=77", only used for messages). `max_indices`
+/// bounds how many offending flat indices are recorded.
+///
+/// @code
+///   tensor_spec y{.name = "y", .type = dtype::f32, .shape = {"N"}, .tol = {.abs = 1e-5, .rel = 1e-5}};
+///   auto c = compare_outputs(y, got, want, "N=1000");
+///   // c.pass, c.stats.count, c.stats.first_indices, c.degenerate
+/// @endcode
+/// @throws std::invalid_argument when the buffers differ in size or are not
+///         whole elements (the caller allocated them wrong).
+inline comparison compare_outputs(const tensor_spec& out, std::span<const std::byte> got,
+                                  std::span<const std::byte> want, std::string shape_text, int max_indices = 8) {
+  comparison c = detail::compare_elements(out, got, want, std::move(shape_text), max_indices);
+  c.degenerate = detail::degenerate_reason(out.type, got, want);
+  c.pass = c.pass && c.degenerate.empty();
+  return c;
+}
+
+/// The wrong_result verdict for a failed comparison: a one-line summary
+/// naming the output, shape, count and largest errors (or the degenerate
+/// reason), with `mismatch` filled.
+///
+/// @code
+///   if (!c.pass) return make_wrong_result_verdict(c);
+/// @endcode
+/// @throws std::logic_error when `c.pass` (a passing output is not wrong).
+inline verdict make_wrong_result_verdict(const comparison& c) {
+  if (c.pass) throw std::logic_error("make_wrong_result_verdict: the comparison passed");
+  return verdict{.kind = verdict_kind::wrong_result, .summary = detail::describe(c), .mismatch = c.stats};
+}
+
+/// The repeated-runs race check: do two runs of one candidate on the same
+/// inputs agree? Integers must be identical; floats must agree within the
+/// output's own tolerance (`run_a` taken as the reference), NaN with NaN.
+/// Bitwise equality would reject correct kernels that sum with float atomics
+/// (the order, hence the rounding, changes run to run); a real race loses or
+/// corrupts whole terms and lands far outside the tolerance. The two runs are
+/// not checked for degeneracy: compare_outputs already judged each against
+/// the reference.
+///
+/// @code
+///   auto c = outputs_agree(y, first_run, second_run, "N=1000");
+///   if (!c.pass) return make_unstable_verdict(c);
+/// @endcode
+/// @throws std::invalid_argument when the buffers differ in size.
+inline comparison outputs_agree(const tensor_spec& out, std::span<const std::byte> run_a,
+                                std::span<const std::byte> run_b, std::string shape_text, int max_indices = 8) {
+  return detail::compare_elements(out, run_b, run_a, std::move(shape_text), max_indices);
+}
+
+/// The unstable verdict for two runs that disagree; `mismatch` holds where.
+/// @throws std::logic_error when `c.pass`.
+inline verdict make_unstable_verdict(const comparison& c) {
+  if (c.pass) throw std::logic_error("make_unstable_verdict: the runs agree");
+  return verdict{.kind = verdict_kind::unstable,
+                 .summary = "repeated runs disagree on the same inputs (a race?): " + detail::describe(c),
+                 .mismatch = c.stats};
+}
+
+SPECGEN_END_NAMESPACE
