@@ -47,10 +47,20 @@ inline bool send_hello(const nlohmann::json& device) {
 
 using request_handler = std::function<response(const request&)>;
 
+/// A response, and whether the worker must exit once it is sent (a sticky
+/// CUDA error or a hung kernel left its context unusable).
+struct handled {
+  response reply;
+  bool exit_after = false;
+};
+using exiting_request_handler = std::function<handled(const request&)>;
+
 /// Answers pings and requests until shutdown or end of input; the exit status
 /// for main(). Input that is not the protocol ends the worker (status 2): the
-/// host is broken and a guess would be worse.
-inline int serve(const request_handler& handle) {
+/// host is broken and a guess would be worse. A request answered with
+/// `exit_after` ends it with status 2 too, right after the response: without
+/// running destructors, which could block on a kernel that never ends.
+inline int serve(const exiting_request_handler& handle) {
   frame_decoder decoder;
   char buf[65536];
   while (true) {
@@ -73,14 +83,22 @@ inline int serve(const request_handler& handle) {
         case message_type::shutdown: return 0;
         case message_type::request: {
           auto r = read_request(in);
-          response out = r ? handle(*r) : response{.ok = false, .result = {}, .error = r.error().message, .binary = {}};
-          if (!send_frame(make_response(in.request_id, out))) return 0;
+          handled out = r ? handle(*r)
+                          : handled{response{.ok = false, .result = {}, .error = r.error().message, .binary = {}}};
+          const bool sent = send_frame(make_response(in.request_id, out.reply));
+          if (out.exit_after) std::_Exit(2);
+          if (!sent) return 0;
           break;
         }
         default: break;  // host-bound types are ignored
       }
     }
   }
+}
+
+/// `serve` for handlers that never need the worker to exit.
+inline int serve(const request_handler& handle) {
+  return serve(exiting_request_handler([&](const request& r) { return handled{handle(r)}; }));
 }
 
 }  // namespace gpu::detail

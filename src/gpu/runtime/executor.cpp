@@ -1,0 +1,285 @@
+// Contexts, modules, guarded buffers and plan execution with a deadline.
+#include "executor.hpp"
+
+#include "marshal.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <utility>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace gpu {
+namespace detail {
+
+expected<void, runtime_error> context_state::require_usable() const {
+  if (usable) return {};
+  return unexpected(runtime_error{runtime_error::kind::fault,
+                                  "the GPU context is unusable after an earlier fault or timeout; the worker must "
+                                  "exit and be restarted",
+                                  {}});
+}
+
+}  // namespace detail
+
+// ---- gpu_context ----------------------------------------------------------------------
+
+gpu_context::gpu_context(std::unique_ptr<detail::context_state> s) : state_(std::move(s)) {}
+
+expected<std::unique_ptr<gpu_context>, runtime_error> gpu_context::create(int device) {
+  auto info = query_device(device);
+  if (!info) return unexpected(info.error());
+  auto s = std::make_unique<detail::context_state>();
+  s->api = *detail::load_driver();
+  s->info = std::move(*info);
+  const auto& api = *s->api;
+  using k = runtime_error::kind;
+  if (auto r = s->check(api.cuDeviceGet(&s->device, device), k::no_device, "cuDeviceGet"); !r) return unexpected(r.error());
+  if (auto r = s->check(api.cuDevicePrimaryCtxRetain(&s->context, s->device), k::internal, "cuDevicePrimaryCtxRetain"); !r)
+    return unexpected(r.error());
+  // From here the destructor releases what was made.
+  std::unique_ptr<gpu_context> ctx(new gpu_context(std::move(s)));
+  auto& st = *ctx->state_;
+  if (auto r = st.check(api.cuCtxSetCurrent(st.context), k::internal, "cuCtxSetCurrent"); !r) return unexpected(r.error());
+  if (auto r = st.check(api.cuStreamCreate(&st.stream, CU_STREAM_NON_BLOCKING), k::internal, "cuStreamCreate"); !r)
+    return unexpected(r.error());
+  if (auto r = st.check(api.cuEventCreate(&st.start, CU_EVENT_DEFAULT), k::internal, "cuEventCreate"); !r)
+    return unexpected(r.error());
+  if (auto r = st.check(api.cuEventCreate(&st.stop, CU_EVENT_DEFAULT), k::internal, "cuEventCreate"); !r)
+    return unexpected(r.error());
+  return ctx;
+}
+
+gpu_context::~gpu_context() {
+  // After a fault or a timeout nothing is released: the calls may block on a
+  // hung kernel, and the process is about to exit anyway.
+  if (!state_ || !state_->usable) return;
+  const auto& api = *state_->api;
+  if (state_->stop) api.cuEventDestroy(state_->stop);
+  if (state_->start) api.cuEventDestroy(state_->start);
+  if (state_->stream) api.cuStreamDestroy(state_->stream);
+  if (state_->context) api.cuDevicePrimaryCtxRelease(state_->device);
+}
+
+const device_info& gpu_context::info() const noexcept { return state_->info; }
+bool gpu_context::usable() const noexcept { return state_->usable; }
+
+expected<module, runtime_error> gpu_context::load_module(std::span<const std::byte> cubin) {
+  if (auto u = state_->require_usable(); !u) return unexpected(u.error());
+  CUmodule m = nullptr;
+  if (auto r = state_->check(state_->api->cuModuleLoadData(&m, cubin.data()), runtime_error::kind::load_failed,
+                             fmt::format("loading a cubin of {} bytes on {} ({})", cubin.size(), state_->info.name,
+                                         state_->info.arch));
+      !r)
+    return unexpected(r.error());
+  return module(this, m);
+}
+
+expected<device_buffer, runtime_error> gpu_context::allocate(std::size_t bytes, buffer_options options) {
+  if (auto u = state_->require_usable(); !u) return unexpected(u.error());
+  CUdeviceptr p = 0;
+  const std::size_t total = std::max<std::size_t>(1, bytes + 2 * options.guard_bytes);  // the driver refuses 0
+  if (auto r = state_->check(state_->api->cuMemAlloc(&p, total), runtime_error::kind::out_of_memory,
+                             fmt::format("cuMemAlloc of {} bytes", total));
+      !r)
+    return unexpected(r.error());
+  return device_buffer(this, p, bytes, options.guard_bytes);
+}
+
+// ---- module ---------------------------------------------------------------------------
+
+module::module(module&& o) noexcept : ctx_(std::exchange(o.ctx_, nullptr)), handle_(std::exchange(o.handle_, nullptr)) {}
+module& module::operator=(module&& o) noexcept {
+  if (this != &o) {
+    module gone(std::move(*this));
+    ctx_ = std::exchange(o.ctx_, nullptr);
+    handle_ = std::exchange(o.handle_, nullptr);
+  }
+  return *this;
+}
+module::~module() {
+  if (handle_ && ctx_->usable()) ctx_->state_->api->cuModuleUnload(static_cast<CUmodule>(handle_));
+}
+
+bool module::has_kernel(std::string_view name) const {
+  CUfunction f = nullptr;
+  return ctx_->state_->api->cuModuleGetFunction(&f, static_cast<CUmodule>(handle_), std::string(name).c_str()) ==
+         CUDA_SUCCESS;
+}
+
+// ---- device_buffer --------------------------------------------------------------------
+
+device_buffer::device_buffer(device_buffer&& o) noexcept
+    : ctx_(std::exchange(o.ctx_, nullptr)), base_(std::exchange(o.base_, 0)), size_(o.size_), guard_(o.guard_) {}
+device_buffer& device_buffer::operator=(device_buffer&& o) noexcept {
+  if (this != &o) {
+    device_buffer gone(std::move(*this));
+    ctx_ = std::exchange(o.ctx_, nullptr);
+    base_ = std::exchange(o.base_, 0);
+    size_ = o.size_;
+    guard_ = o.guard_;
+  }
+  return *this;
+}
+device_buffer::~device_buffer() {
+  // Freeing memory a hung kernel still uses would wait for it.
+  if (base_ && ctx_->usable()) ctx_->state_->api->cuMemFree(base_);
+}
+
+expected<void, runtime_error> device_buffer::upload(std::span<const std::byte> bytes) {
+  auto& s = *ctx_->state_;
+  if (auto u = s.require_usable(); !u) return u;
+  if (bytes.size() > size_)
+    throw std::length_error(fmt::format("upload of {} bytes into a buffer of {}", bytes.size(), size_));
+  if (bytes.empty()) return {};
+  return s.check(s.api->cuMemcpyHtoD(pointer(), bytes.data(), bytes.size()), runtime_error::kind::internal,
+                 fmt::format("copying {} bytes to the GPU", bytes.size()));
+}
+
+expected<std::vector<std::byte>, runtime_error> device_buffer::download() const {
+  auto& s = *ctx_->state_;
+  if (auto u = s.require_usable(); !u) return unexpected(u.error());
+  std::vector<std::byte> out(size_);
+  if (size_ == 0) return out;
+  if (auto r = s.check(s.api->cuMemcpyDtoH(out.data(), pointer(), size_), runtime_error::kind::internal,
+                       fmt::format("copying {} bytes from the GPU", size_));
+      !r)
+    return unexpected(r.error());
+  return out;
+}
+
+expected<void, runtime_error> device_buffer::fill(std::byte value) {
+  auto& s = *ctx_->state_;
+  if (auto u = s.require_usable(); !u) return u;
+  if (size_ == 0) return {};
+  return s.check(s.api->cuMemsetD8(pointer(), static_cast<unsigned char>(value), size_), runtime_error::kind::internal,
+                 "cuMemsetD8");
+}
+
+expected<void, runtime_error> device_buffer::fill_guards(std::byte value) {
+  auto& s = *ctx_->state_;
+  if (auto u = s.require_usable(); !u) return u;
+  if (guard_ == 0) return {};
+  for (CUdeviceptr at : {base_, base_ + guard_ + size_})
+    if (auto r = s.check(s.api->cuMemsetD8(at, static_cast<unsigned char>(value), guard_),
+                         runtime_error::kind::internal, "cuMemsetD8 of a guard zone");
+        !r)
+      return r;
+  return {};
+}
+
+expected<std::array<std::vector<std::byte>, 2>, runtime_error> device_buffer::read_guards() const {
+  auto& s = *ctx_->state_;
+  if (auto u = s.require_usable(); !u) return unexpected(u.error());
+  std::array<std::vector<std::byte>, 2> out{std::vector<std::byte>(guard_), std::vector<std::byte>(guard_)};
+  if (guard_ == 0) return out;
+  const CUdeviceptr at[2] = {base_, base_ + guard_ + size_};
+  for (int i = 0; i < 2; ++i)
+    if (auto r = s.check(s.api->cuMemcpyDtoH(out[static_cast<std::size_t>(i)].data(), at[i], guard_),
+                         runtime_error::kind::internal, "reading a guard zone");
+        !r)
+      return unexpected(r.error());
+  return out;
+}
+
+// ---- run_plan -------------------------------------------------------------------------
+
+expected<run_result, runtime_error> gpu_context::run_plan(const resolved_plan& plan, const module& mod,
+                                                          const buffer_pointers& buffers, duration deadline) {
+  using k = runtime_error::kind;
+  auto& s = *state_;
+  const auto& api = *s.api;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  if (auto u = s.require_usable(); !u) return unexpected(u.error());
+  if (auto r = s.check(api.cuCtxSetCurrent(s.context), k::internal, "cuCtxSetCurrent"); !r) return unexpected(r.error());
+
+  // Everything that can be refused is refused before the first launch.
+  buffer_pointers pointers = buffers;
+  std::vector<device_buffer> scratch;
+  for (const auto& sc : plan.scratch) {
+    auto b = allocate(static_cast<std::size_t>(sc.bytes));
+    if (!b) return unexpected(b.error());
+    if (sc.zero)
+      if (auto z = b->fill(std::byte{0}); !z) return unexpected(z.error());
+    pointers[sc.name] = b->pointer();
+    scratch.push_back(std::move(*b));
+  }
+  std::vector<CUfunction> functions;
+  std::vector<detail::kernel_params> params;
+  for (const auto& l : plan.launches) {
+    CUfunction f = nullptr;
+    if (CUresult r = api.cuModuleGetFunction(&f, static_cast<CUmodule>(mod.handle_), l.kernel.c_str()); r != CUDA_SUCCESS)
+      return unexpected(runtime_error{
+          k::invalid_plan,
+          fmt::format("line {}: the module has no kernel '{}' ({}); kernels must be declared extern \"C\" __global__",
+                      l.line, l.kernel, detail::error_name(api, r)),
+          detail::error_name(api, r)});
+    if (l.smem_opt_in || l.smem_bytes > 48 * 1024)
+      if (auto r = s.check(api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   static_cast<int>(l.smem_bytes)),
+                           k::launch_failed,
+                           fmt::format("line {}: allowing kernel '{}' {} bytes of dynamic shared memory", l.line,
+                                       l.kernel, l.smem_bytes));
+          !r)
+        return unexpected(r.error());
+    auto p = detail::marshal_args(l, pointers);
+    if (!p) return unexpected(p.error());
+    functions.push_back(f);
+    params.push_back(std::move(*p));
+  }
+  // Scratch zeroing and the caller's uploads went through the legacy stream,
+  // which a non-blocking stream does not wait for.
+  if (auto r = s.check(api.cuCtxSynchronize(), k::internal, "cuCtxSynchronize before the plan"); !r)
+    return unexpected(r.error());
+
+  if (auto r = s.check(api.cuEventRecord(s.start, s.stream), k::internal, "cuEventRecord"); !r) return unexpected(r.error());
+  std::optional<runtime_error> launch_error;
+  for (std::size_t i = 0; i < functions.size(); ++i) {
+    const auto& l = plan.launches[i];
+    CUresult r = api.cuLaunchKernel(functions[i], l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
+                                    l.smem_bytes, s.stream, params[i].data(), nullptr);
+    if (r != CUDA_SUCCESS) {
+      auto e = s.check(r, k::launch_failed,
+                       fmt::format("line {}: launching '{}' with grid ({}, {}, {}) block ({}, {}, {}) smem {}", l.line,
+                                   l.kernel, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
+                                   l.smem_bytes));
+      if (is_sticky(e.error().what)) return unexpected(e.error());
+      launch_error = e.error();
+      break;  // the launches already queued are still waited for below
+    }
+  }
+  if (auto r = s.check(api.cuEventRecord(s.stop, s.stream), k::internal, "cuEventRecord"); !r) return unexpected(r.error());
+
+  // Polling, not cuEventSynchronize: a kernel that never ends must not take
+  // the worker with it before it has reported the timeout.
+  auto pause = std::chrono::microseconds(10);
+  while (true) {
+    CUresult r = api.cuEventQuery(s.stop);
+    if (r == CUDA_SUCCESS) break;
+    if (r != CUDA_ERROR_NOT_READY) {
+      auto e = s.check(r, k::internal, "running the plan");
+      return unexpected(e.error());
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      s.usable = false;
+      return unexpected(runtime_error{
+          k::timeout,
+          fmt::format("the plan's kernels did not finish within {:.3f} s (an endless loop, a deadlock at a barrier, "
+                      "or far too much work); the GPU context is abandoned",
+                      to_seconds(deadline)),
+          {}});
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
+  if (launch_error) return unexpected(std::move(*launch_error));
+  float ms = 0;
+  if (auto r = s.check(api.cuEventElapsedTime(&ms, s.start, s.stop), k::internal, "cuEventElapsedTime"); !r)
+    return unexpected(r.error());
+  return run_result{.elapsed_ms = static_cast<double>(ms)};
+}
+
+}  // namespace gpu
+SPECGEN_END_NAMESPACE
