@@ -89,6 +89,7 @@ TEST_CASE("a vector add compiles to a cubin with its registers reported, and aga
   CHECK(starts_with_elf_magic(c.cubin));
   CHECK_FALSE(c.cache_hit);
   CHECK(c.key.size() == 32);
+  INFO("NVRTC log:\n" << c.log);
   REQUIRE(c.kernels.size() == 1);
   CHECK(c.kernels[0].name == "vector_add");
   CHECK(c.kernels[0].registers > 0);
