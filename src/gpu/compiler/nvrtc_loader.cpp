@@ -30,6 +30,13 @@ bool resolve(void* lib, const char* symbol, Fn& out, std::string& missing) {
 }
 
 expected<const nvrtc_api*, error> load() {
+  // NVRTC 12.9+ keeps its own compile cache (under ~/.nv/ComputeCache). A
+  // compile answered from it skips ptxas, so the log loses the ptxas report
+  // (registers, spills, shared memory) that feedback needs. specgen caches
+  // cubins itself, so NVRTC's cache is switched off, unless the user set
+  // CUDA_CACHE_DISABLE explicitly. Seen on an H200 with NVRTC 13.0: the second
+  // compile of a source returned an empty log.
+  setenv("CUDA_CACHE_DISABLE", "1", /*overwrite=*/0);
   const auto names = candidate_libraries();
   void* lib = nullptr;
   std::string tried, last_error, loaded;
