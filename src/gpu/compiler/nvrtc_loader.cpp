@@ -1,5 +1,7 @@
 #include "nvrtc_loader.hpp"
 
+#include "../common/dynlib.hpp"
+
 #include <fmt/format.h>
 
 #include <dlfcn.h>
@@ -37,19 +39,7 @@ expected<const nvrtc_api*, error> load() {
   // CUDA_CACHE_DISABLE explicitly. Seen on an H200 with NVRTC 13.0: the second
   // compile of a source returned an empty log.
   setenv("CUDA_CACHE_DISABLE", "1", /*overwrite=*/0);
-  const auto names = candidate_libraries();
-  void* lib = nullptr;
-  std::string tried, last_error, loaded;
-  for (const auto& name : names) {
-    // Never closed: cubins and programs may outlive any owner we could name.
-    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      loaded = name;
-      break;
-    }
-    tried += tried.empty() ? name : ", " + name;
-    if (const char* e = dlerror()) last_error = e;
-  }
+  const auto [lib, loaded, tried, last_error] = detail::open_first(candidate_libraries());
   if (!lib)
     return unexpected(error{fmt::format(
         "NVRTC is not available: could not load {} ({}); install the CUDA Toolkit's NVRTC or set "

@@ -1,5 +1,7 @@
 #include "driver.hpp"
 
+#include "../common/dynlib.hpp"
+
 #include <fmt/format.h>
 
 #include <dlfcn.h>
@@ -21,18 +23,8 @@ std::vector<std::string> driver_candidates() {
 }
 
 expected<driver_api, runtime_error> open_driver(const std::vector<std::string>& candidates) {
-  void* lib = nullptr;
-  std::string tried, last_error, loaded;
-  for (const auto& name : candidates) {
-    // Never closed: the driver must outlive every context, module and buffer.
-    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      loaded = name;
-      break;
-    }
-    tried += tried.empty() ? name : ", " + name;
-    if (const char* e = dlerror()) last_error = e;
-  }
+  // Never closed: the driver must outlive every context, module and buffer.
+  const auto [lib, loaded, tried, last_error] = detail::open_first(candidates);
   if (!lib)
     return unexpected(runtime_error{
         runtime_error::kind::no_driver,
