@@ -98,7 +98,7 @@ std::optional<double> oracle_seconds(const replay::corpus& c, const std::string&
     if (t.task == task) rounds[t.round].push_back(&t);
   const profile_params prof = sp.profile.value_or(costs.profile);
   auto eval_seconds = [&](const cost_entry& e) {
-    return e.compile_s + sp.load_s + e.validate_s + to_seconds(sim::simulate_profile(e, prof, 1).device_time);
+    return e.compile_s + to_seconds(sim::validation_time(e, sp)) + to_seconds(sim::simulate_profile(e, prof, 1).device_time);
   };
   double elapsed = 0;
   for (const auto& [round, traces] : rounds) {

@@ -122,7 +122,7 @@ int run(int argc, char** argv) {
   fmt::print("specgen-run: {} task(s), mode {}, {} round(s), backend replay, evaluator: simulated device ({} GPUs, {} time)\n",
              corpus->tasks.size(), cj.value("mode", std::string("specgen")), rounds, o.sim.devices,
              real_time ? "real" : "virtual");
-  fmt::print("             (the GPU runtime is not built in this version; the simulated device answers from the corpus's cost table)\n");
+  fmt::print("             (the GPU evaluator is not finished in this version; the simulated device answers from the corpus's cost table)\n");
   const nlohmann::json config_json = to_json(*cfg);
   auto r = real_time ? programs::run_corpus<steady_clock>(*corpus, std::move(*cfg), o)
                      : programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);

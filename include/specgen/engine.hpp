@@ -44,6 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <functional>
@@ -67,6 +68,19 @@ struct search_budget {
   std::uint64_t max_tokens = 0;      ///< generated tokens per search (reasoning + answers + forks)
   double target_speedup = 0;         ///< the target for `seconds_to_target`
   bool stop_at_target = false;       ///< end the search as soon as the target is reached
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("max_rounds", s.max_rounds);
+    f("max_seconds", s.max_seconds);
+    f("max_tokens", s.max_tokens);
+    f("target_speedup", s.target_speedup);
+    f("stop_at_target", s.stop_at_target);
+  }
+  [[nodiscard]] std::string invalid() const {
+    if (max_rounds < 1) return "max_rounds must be >= 1";
+    if (max_seconds < 0 || target_speedup < 0) return "limits must be >= 0";
+    return {};
+  }
   friend bool operator==(const search_budget&, const search_budget&) = default;
 };
 
@@ -96,12 +110,7 @@ inline nlohmann::json to_json(const engine_config& c) {
           {"termination", c.termination.config()},
           {"pool", nlohmann::json(c.pool)},
           {"kv", c.kv.config()},
-          {"budget",
-           {{"max_rounds", c.budget.max_rounds},
-            {"max_seconds", c.budget.max_seconds},
-            {"max_tokens", c.budget.max_tokens},
-            {"target_speedup", c.budget.target_speedup},
-            {"stop_at_target", c.budget.stop_at_target}}},
+          {"budget", detail::write_fields(c.budget)},
           {"main_sampling", c.main_sampling},
           {"fork_sampling", c.fork_sampling},
           {"max_streams", c.max_streams},
@@ -211,11 +220,11 @@ class engine final : private stream_sink {
     std::vector<candidate_id> parents;
     std::string reasoning;
     std::vector<token_id> ids;
-    /// The KV store's key for this stream's prefix: two tokens derived from
-    /// the prompt, then the reasoning ids. The backend keeps the prompt's own
-    /// ids, so the prompt's hash stands in for them: equal reasoning under
-    /// different prompts must never share KV blocks.
-    std::vector<token_id> kv_key;
+    /// Two tokens derived from the prompt that lead the KV store's key, before
+    /// the reasoning ids. The backend keeps the prompt's own ids, so the
+    /// prompt's hash stands in for them: equal reasoning under different
+    /// prompts must never share KV blocks.
+    std::array<token_id, 2> kv_salt{};
     std::string answer;
     std::optional<any_trigger> trig;
     std::uint64_t last_fork_tokens = 0;
@@ -295,6 +304,9 @@ class engine final : private stream_sink {
   void tick_triggers();
   void terminate_lane(search_rt& s, lane_rt& l, candidate_id because);
   void count_tokens(search_rt& s, std::uint64_t n);
+  void report_progress();
+  /// The timeline's row group for a search.
+  static std::string track_group(const search_rt& s) { return fmt::format("search {} ({})", s.index, s.t->name); }
 
   // ---- candidates -------------------------------------------------------------
   void add_candidate(search_rt& s, provenance prov, std::string text);
@@ -353,14 +365,7 @@ run_result engine<B, E, C>::run() {
     }
     start_round(*s);
   }
-  if (progress_fn_ && progress_interval_.count() > 0) {
-    auto tick = std::make_shared<std::function<void()>>();
-    *tick = [this, tick] {
-      progress_fn_(progress());
-      if (searches_left_ > 0) loop_.after(progress_interval_, *tick);
-    };
-    loop_.after(progress_interval_, *tick);
-  }
+  if (progress_fn_ && progress_interval_.count() > 0) loop_.after(progress_interval_, [this] { report_progress(); });
   if (searches_left_ > 0) {
     if constexpr (!C::is_virtual) loop_.hold();  // outside threads (HTTP, workers) post into a real loop
     loop_.run();
@@ -459,17 +464,20 @@ void engine<B, E, C>::start_lane_stream(search_rt& s, int li) {
   }
   l.id = *id;
   const std::uint64_t prompt_hash = fnv1a(l.prompt, fnv1a(req.system));
-  l.kv_key = {static_cast<token_id>(prompt_hash & 0x7fffffff), static_cast<token_id>((prompt_hash >> 32) & 0x7fffffff)};
+  l.kv_salt = {static_cast<token_id>(prompt_hash & 0x7fffffff), static_cast<token_id>((prompt_hash >> 32) & 0x7fffffff)};
   owners_[l.id] = stream_owner{.search = s.index, .lane = li, .fork = false};
   ++active_streams_;
 }
 
 template <backend B, evaluator E, clock C>
 void engine<B, E, C>::count_tokens(search_rt& s, std::uint64_t n) {
+  const std::uint64_t before = s.generated;
   s.generated += n;
   s.res.generated_tokens = s.generated;
-  if (cfg_.budget.max_tokens > 0 && s.generated >= cfg_.budget.max_tokens && !s.done)
-    // Finishing inside a sink callback would cancel the stream under our feet; defer one event.
+  const std::uint64_t limit = cfg_.budget.max_tokens;
+  if (limit > 0 && before < limit && s.generated >= limit && !s.done)
+    // Once, when the budget is crossed. Finishing inside a sink callback would
+    // cancel the stream under our feet; defer one event.
     loop_.after(duration{0}, [this, sp = &s] {
       if (!sp->done) finish_search(*sp, "token budget");
     });
@@ -495,7 +503,6 @@ void engine<B, E, C>::on_chunk(const stream_chunk& c) {
   const std::size_t new_from = l.reasoning.size();
   l.reasoning += c.text;
   l.ids.insert(l.ids.end(), c.tokens.begin(), c.tokens.end());
-  l.kv_key.insert(l.kv_key.end(), c.tokens.begin(), c.tokens.end());
   consider_fork(s, l, new_from);
 }
 
@@ -520,14 +527,17 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                              {"prefix_tokens", l.ids.size()}});
     return;
   }
-  cfg_.kv.store(s.index, std::span<const token_id>(l.kv_key));
+  // The key is built only here, when a fork happens, not on every chunk.
+  std::vector<token_id> kv_key(l.kv_salt.begin(), l.kv_salt.end());
+  kv_key.insert(kv_key.end(), l.ids.begin(), l.ids.end());
+  cfg_.kv.store(s.index, std::span<const token_id>(kv_key));
   fork_request fr{.ctx = {.task = s.t->name, .search = s.index, .round = s.round, .lane = l.lane,
                           .seed = s.seed ^ l.ids.size()},
                   .parent = l.id,
                   .reasoning_prefix = l.ids,
                   .samples = std::max(1, fire->samples),
                   .params = cfg_.fork_sampling,
-                  .kv = cfg_.kv.lease(std::span<const token_id>(l.kv_key))};
+                  .kv = cfg_.kv.lease(std::span<const token_id>(kv_key))};
   auto id = model_.fork(fr, *this);
   if (!id) {
     journal("fork_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", id.error().message}});
@@ -549,7 +559,7 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                    {"prefix_tokens", l.ids.size()}, {"samples", fr.samples},
                    {"kv_cached_tokens", fr.kv ? fr.kv->cached_tokens : 0}});
   if (timeline_)
-    timeline_->instant(fmt::format("search {} ({})", s.index, s.t->name), fmt::format("lane {}", l.lane),
+    timeline_->instant(track_group(s), fmt::format("lane {}", l.lane),
                        "fork: " + fire->trigger, loop_.now(), {{"prefix_tokens", l.ids.size()}});
 }
 
@@ -586,7 +596,7 @@ void engine<B, E, C>::on_end(const stream_end& e) {
     }
     if (f.open == 0) {
       if (timeline_)
-        timeline_->span(fmt::format("search {} ({})", s.index, s.t->name), fmt::format("lane {} forks", f.lane),
+        timeline_->span(track_group(s), fmt::format("lane {} forks", f.lane),
                         "fork: " + f.trigger, f.began, loop_.now(), {{"prefix_tokens", f.prefix_tokens}});
       if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size())
         --s.lanes[static_cast<std::size_t>(f.lane)].forks_in_flight;
@@ -603,7 +613,7 @@ void engine<B, E, C>::on_end(const stream_end& e) {
   --active_streams_;
   l.ended = true;
   if (timeline_)
-    timeline_->span(fmt::format("search {} ({})", s.index, s.t->name), fmt::format("lane {}", l.lane),
+    timeline_->span(track_group(s), fmt::format("lane {}", l.lane),
                     fmt::format("round {} reasoning", s.round), l.began, loop_.now(),
                     {{"tokens", l.ids.size()}, {"terminated", l.terminated}});
   if (e.reason == finish_reason::error)
@@ -628,7 +638,7 @@ void engine<B, E, C>::terminate_lane(search_rt& s, lane_rt& l, candidate_id beca
   journal("terminated", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"by", because},
                          {"reasoning_tokens", l.ids.size()}});
   if (timeline_)
-    timeline_->instant(fmt::format("search {} ({})", s.index, s.t->name), fmt::format("lane {}", l.lane),
+    timeline_->instant(track_group(s), fmt::format("lane {}", l.lane),
                        fmt::format("early stop by #{}", because), loop_.now());
   if (l.started) {
     model_.cancel(l.id);  // on_end(cancelled) follows and ends the lane
@@ -852,6 +862,12 @@ std::vector<search_progress> engine<B, E, C>::progress() const {
                    .in_flight = s->in_flight, .streams = streams, .tokens = s->generated, .done = s->done});
   }
   return out;
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::report_progress() {
+  progress_fn_(progress());
+  if (searches_left_ > 0) loop_.after(progress_interval_, [this] { report_progress(); });
 }
 
 template <backend B, evaluator E, clock C>

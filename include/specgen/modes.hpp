@@ -25,6 +25,7 @@
 #include <specgen/expected.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -33,9 +34,32 @@
 
 SPECGEN_BEGIN_NAMESPACE
 
-inline constexpr std::array<std::string_view, 10> mode_names{
-    "sequential", "parallel", "evolve", "specgen", "parallel+specgen", "evolve+specgen",
-    "+spec",      "+elastic", "+priority", "+kv"};
+namespace detail {
+/// One row of the table above: which search, and how far up the ablation
+/// ladder (0 none, 1 +spec, 2 +elastic, 3 +priority, 4 +kv).
+struct mode_row {
+  std::string_view name;
+  std::string_view strategy;
+  int rung;
+};
+inline constexpr std::array<mode_row, 10> mode_table{{{"sequential", "refine", 0},
+                                                      {"parallel", "parallel", 0},
+                                                      {"evolve", "evolve", 0},
+                                                      {"specgen", "refine", 4},
+                                                      {"parallel+specgen", "parallel", 4},
+                                                      {"evolve+specgen", "evolve", 4},
+                                                      {"+spec", "refine", 1},
+                                                      {"+elastic", "refine", 2},
+                                                      {"+priority", "refine", 3},
+                                                      {"+kv", "refine", 4}}};
+}  // namespace detail
+
+/// Every mode's name, in the table's order.
+inline constexpr std::array<std::string_view, detail::mode_table.size()> mode_names = [] {
+  std::array<std::string_view, detail::mode_table.size()> names{};
+  for (std::size_t i = 0; i < names.size(); ++i) names[i] = detail::mode_table[i].name;
+  return names;
+}();
 
 /// Knobs shared by the modes (the same in every mode of one comparison).
 struct mode_options {
@@ -46,31 +70,26 @@ struct mode_options {
   friend bool operator==(const mode_options&, const mode_options&) = default;
 };
 
+
 /// The engine configuration of a named mode (see the table above).
 inline expected<engine_config, error> mode_config(std::string_view mode, const mode_options& o = {}) {
+  const auto row = std::find_if(detail::mode_table.begin(), detail::mode_table.end(),
+                                [&](const detail::mode_row& r) { return r.name == mode; });
+  if (row == detail::mode_table.end())
+    return unexpected(error{fmt::format("unknown mode '{}' (known: {})", mode, fmt::join(mode_names, ", "))});
   engine_config c;
-  const bool spec = mode == "specgen" || mode.ends_with("+specgen") || mode.starts_with("+");
-  const int rung = mode == "+spec" ? 1 : mode == "+elastic" ? 2 : mode == "+priority" ? 3 : spec ? 4 : 0;
+  if (row->strategy == "refine") c.strategy = refine_best{};
+  else if (row->strategy == "parallel") c.strategy = parallel_seeds{{.seeds = o.parallel_seeds, .prompt = {}}};
+  else c.strategy = evolve{{.lanes = o.evolve_lanes, .population = o.population, .tournament = 3, .inspirations = 1, .prompt = {}}};
 
-  if (mode == "sequential" || mode == "specgen" || mode.starts_with("+")) c.strategy = refine_best{};
-  else if (mode.starts_with("parallel")) c.strategy = parallel_seeds{{.seeds = o.parallel_seeds, .prompt = {}}};
-  else if (mode.starts_with("evolve"))
-    c.strategy = evolve{{.lanes = o.evolve_lanes, .population = o.population, .tournament = 3, .inspirations = 1, .prompt = {}}};
-  else
-    return unexpected(error{fmt::format("unknown mode '{}' (known: sequential, parallel, evolve, specgen, "
-                                        "parallel+specgen, evolve+specgen, +spec, +elastic, +priority, +kv)",
-                                        mode)});
-  if (mode != "sequential" && mode != "parallel" && mode != "evolve" && !spec)
-    return unexpected(error{fmt::format("unknown mode '{}'", mode)});
-
-  c.pool = static_split{.validation_fraction = o.static_validation_fraction, .validation = queue_order::fifo};
-  if (spec) {
+  const auto order = row->rung >= 3 ? queue_order::lifo : queue_order::fifo;
+  if (row->rung >= 2) c.pool = elastic{.min_validation = 1, .min_profiling = 1, .validation = order, .interval = seconds(5)};
+  else c.pool = static_split{.validation_fraction = o.static_validation_fraction, .validation = queue_order::fifo};
+  if (row->rung >= 1) {
     c.trigger = default_trigger();
     c.termination = default_termination();
   }
-  if (rung >= 2) c.pool = elastic{.min_validation = 1, .min_profiling = 1, .validation = queue_order::fifo, .interval = seconds(5)};
-  if (rung >= 3) c.pool = elastic{.min_validation = 1, .min_profiling = 1, .validation = queue_order::lifo, .interval = seconds(5)};
-  if (rung >= 4) c.kv = remote_gpu_kv{};
+  if (row->rung >= 4) c.kv = remote_gpu_kv{};
   return c;
 }
 
@@ -91,21 +110,7 @@ inline expected<void, error> check_known_keys(const nlohmann::json& j, std::stri
 /// "target_speedup": 1.5, "stop_at_target": false}`.
 inline expected<search_budget, error> budget_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return unexpected(error{"budget: expected an object"});
-  if (auto r = detail::check_known_keys(j, "budget", {"max_rounds", "max_seconds", "max_tokens", "target_speedup", "stop_at_target"}); !r)
-    return unexpected(r.error());
-  search_budget b;
-  try {
-    b.max_rounds = j.value("max_rounds", b.max_rounds);
-    b.max_seconds = j.value("max_seconds", b.max_seconds);
-    b.max_tokens = j.value("max_tokens", b.max_tokens);
-    b.target_speedup = j.value("target_speedup", b.target_speedup);
-    b.stop_at_target = j.value("stop_at_target", b.stop_at_target);
-  } catch (const nlohmann::json::exception& e) {
-    return unexpected(error{fmt::format("budget: {}", e.what())});
-  }
-  if (b.max_rounds < 1) return unexpected(error{"budget: max_rounds must be >= 1"});
-  if (b.max_seconds < 0 || b.target_speedup < 0) return unexpected(error{"budget: limits must be >= 0"});
-  return b;
+  return detail::read_fields<search_budget>(j, "budget");
 }
 
 /// An engine configuration from JSON: a `mode` to start from (default

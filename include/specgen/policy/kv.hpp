@@ -322,7 +322,7 @@ struct tier_params {
 /// H200 host (torch 2.11, pinned cudaMemcpyAsync timed with CUDA events,
 /// 2026-11-30): 55.5 GB/s for 64 MiB-4 GiB copies, 80 us for a 4 MiB copy,
 /// which leaves about 5 us of fixed cost per transfer (docs/policies.md has the
-/// numbers). PCIe 4.0 hosts reach about 25 GB/s: set `bandwidth_gbps` there.
+/// numbers). On PCIe 4.0 hosts (not measured here) set `bandwidth_gbps` lower.
 /// 64 GiB of pinned memory is this project's choice.
 struct host_tier {
   static constexpr std::string_view name = "host_kv";

@@ -14,6 +14,7 @@
 /// @endcode
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
+#include <specgen/policy/fields.hpp>
 #include <specgen/prompt.hpp>
 #include <specgen/task.hpp>
 #include <specgen/types.hpp>
@@ -27,6 +28,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
@@ -102,6 +104,8 @@ inline std::string build_prompt(const search_view& v, const std::vector<const ca
 struct refine_best {
   struct params {
     prompt_params prompt{};
+    template <class Self, class F>
+    static void fields(Self&, F&&) {}  // nothing to configure from JSON
     friend bool operator==(const params&, const params&) = default;
   } p{};
 
@@ -124,6 +128,11 @@ struct parallel_seeds {
   struct params {
     int seeds = 4;
     prompt_params prompt{};
+    template <class Self, class F>
+    static void fields(Self& s, F&& f) {
+      f("seeds", s.seeds);
+    }
+    [[nodiscard]] std::string invalid() const { return seeds < 1 ? "'seeds' must be an integer >= 1" : ""; }
     friend bool operator==(const params&, const params&) = default;
   } p{};
 
@@ -152,6 +161,19 @@ struct evolve {
     int tournament = 3;     ///< entrants per parent selection
     int inspirations = 1;   ///< extra population members shown for crossover
     prompt_params prompt{};
+    template <class Self, class F>
+    static void fields(Self& s, F&& f) {
+      f("lanes", s.lanes);
+      f("population", s.population);
+      f("tournament", s.tournament);
+      f("inspirations", s.inspirations);
+    }
+    [[nodiscard]] std::string invalid() const {
+      for (auto [key, value, lo] : {std::tuple{"lanes", lanes, 1}, std::tuple{"population", population, 1},
+                                    std::tuple{"tournament", tournament, 1}, std::tuple{"inspirations", inspirations, 0}})
+        if (value < lo) return fmt::format("'{}' must be an integer >= {}", key, lo);
+      return {};
+    }
     friend bool operator==(const params&, const params&) = default;
   } p{};
 
@@ -230,16 +252,10 @@ class any_strategy {
   // Strategies are immutable once built: sharing the model is safe and makes copies cheap.
   std::shared_ptr<const concept_t> self_;
 
-  static nlohmann::json strategy_json(const refine_best&) { return {{"refine", nlohmann::json::object()}}; }
-  static nlohmann::json strategy_json(const parallel_seeds& s) { return {{"parallel", {{"seeds", s.p.seeds}}}}; }
-  static nlohmann::json strategy_json(const evolve& s) {
-    return {{"evolve",
-             {{"lanes", s.p.lanes}, {"population", s.p.population}, {"tournament", s.p.tournament},
-              {"inspirations", s.p.inspirations}}}};
-  }
   template <class S>
   static nlohmann::json strategy_json(const S& s) {
-    return {{"custom", s.name()}};
+    if constexpr (requires { detail::write_fields(s.p); }) return {{s.name(), detail::write_fields(s.p)}};
+    else return {{"custom", s.name()}};
   }
 };
 
@@ -251,49 +267,18 @@ static_assert(search_strategy<any_strategy>);
 /// Build a strategy from JSON: `"refine"`, `{"parallel": {"seeds": 4}}`,
 /// `{"evolve": {"lanes": 4, "population": 8, "tournament": 3}}`.
 inline expected<any_strategy, error> make_strategy(const nlohmann::json& j) {
-  std::string kind;
-  nlohmann::json body = nlohmann::json::object();
-  if (j.is_string()) {
-    kind = j.get<std::string>();
-  } else if (j.is_object() && j.size() == 1) {
-    kind = j.begin().key();
-    body = j.begin().value();
-  } else {
-    return unexpected(error{"strategy: expected a name or an object with one key (refine, parallel, evolve)"});
-  }
-  if (!body.is_object()) return unexpected(error{fmt::format("strategy {}: parameters must be an object", kind)});
-  auto get_int = [&](const char* key, int& out, int lo) -> expected<void, error> {
-    if (!body.contains(key)) return {};
-    if (!body[key].is_number_integer() || body[key].get<int>() < lo)
-      return unexpected(error{fmt::format("strategy {}: '{}' must be an integer >= {}", kind, key, lo)});
-    out = body[key].get<int>();
-    return {};
+  auto cfg = detail::split_config(j, "strategy", "refine, parallel, evolve");
+  if (!cfg) return unexpected(cfg.error());
+  auto build = [&](auto strategy) -> expected<any_strategy, error> {
+    auto p = detail::read_fields<typename decltype(strategy)::params>(cfg->body, "strategy " + cfg->kind);
+    if (!p) return unexpected(p.error());
+    strategy.p = std::move(*p);
+    return any_strategy(std::move(strategy));
   };
-  auto check_keys = [&](std::initializer_list<const char*> known) -> expected<void, error> {
-    for (const auto& [k, _] : body.items())
-      if (std::none_of(known.begin(), known.end(), [&](const char* n) { return k == n; }))
-        return unexpected(error{fmt::format("strategy {}: unknown parameter '{}'", kind, k)});
-    return {};
-  };
-  if (kind == "refine") {
-    if (auto r = check_keys({}); !r) return unexpected(r.error());
-    return any_strategy(refine_best{});
-  }
-  if (kind == "parallel") {
-    parallel_seeds s;
-    if (auto r = check_keys({"seeds"}); !r) return unexpected(r.error());
-    if (auto r = get_int("seeds", s.p.seeds, 1); !r) return unexpected(r.error());
-    return any_strategy(s);
-  }
-  if (kind == "evolve") {
-    evolve s;
-    if (auto r = check_keys({"lanes", "population", "tournament", "inspirations"}); !r) return unexpected(r.error());
-    for (auto [key, ref, lo] : {std::tuple{"lanes", &s.p.lanes, 1}, std::tuple{"population", &s.p.population, 1},
-                                std::tuple{"tournament", &s.p.tournament, 1}, std::tuple{"inspirations", &s.p.inspirations, 0}})
-      if (auto r = get_int(key, *ref, lo); !r) return unexpected(r.error());
-    return any_strategy(s);
-  }
-  return unexpected(error{fmt::format("strategy: unknown kind '{}' (known: refine, parallel, evolve)", kind)});
+  if (cfg->kind == "refine") return build(refine_best{});
+  if (cfg->kind == "parallel") return build(parallel_seeds{});
+  if (cfg->kind == "evolve") return build(evolve{});
+  return unexpected(error{fmt::format("strategy: unknown kind '{}' (known: refine, parallel, evolve)", cfg->kind)});
 }
 
 SPECGEN_END_NAMESPACE

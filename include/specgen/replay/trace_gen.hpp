@@ -569,7 +569,7 @@ class corpus_generator {
 
     b.literal(fmt::format("The task: {} The benchmark shape is {}. I need a kernel that is correct on every "
                           "validation shape and faster than the baseline.\n\n",
-                          f.description, shape_text(f.benchmark)));
+                          f.description, specgen::detail::binding_text(f.benchmark)));
 
     std::vector<kernel_slot> slots;       // drafts (draft-early) or decision points (think-then-write)
     std::vector<std::uint64_t> slot_end;  // reasoning tokens up to the end of the slot's segment
@@ -742,7 +742,7 @@ class corpus_generator {
         e.validate_s = r_.uniform(0.05, 0.3);
         e.summary = fmt::format("output {} differs from the reference: max abs error {:.1e} at index {} (shape {})",
                                 out_name, std::pow(10.0, r_.uniform(-3.0, 0.5)), r_.below(4096),
-                                shape_text(f.validation.front()));
+                                specgen::detail::binding_text(f.validation.front()));
         break;
       case verdict_kind::invalid_plan:
         e.summary = fmt::format("launch plan: block({0}) has {0} threads per block; the limit is 1024", k.knobs.block * 2);
@@ -766,12 +766,6 @@ class corpus_generator {
     }
     out_.costs.kernels.try_emplace(key, std::move(e));
     return o;
-  }
-
-  static std::string shape_text(const shape_binding& s) {
-    std::string out;
-    for (const auto& [k, v] : s) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
-    return out;
   }
 
   corpus_params p_;

@@ -151,6 +151,15 @@ inline void from_json(const nlohmann::json& j, sim_params& p) {
   p = *r;
 }
 
+/// Device time of a validation job: module load plus the table's validation
+/// time; a timeout holds the GPU for the deadline instead, and a fault or a
+/// timeout adds the worker's respawn.
+inline duration validation_time(const cost_entry& e, const sim_params& p) {
+  const bool timeout = e.verdict == verdict_kind::timeout;
+  const bool respawn = timeout || e.verdict == verdict_kind::fault;
+  return seconds(p.load_s) + seconds(timeout ? p.deadline_s : e.validate_s) + (respawn ? seconds(p.respawn_s) : duration{0});
+}
+
 /**
  * An evaluator backed by a cost table, in the time of an executor.
  *
@@ -328,12 +337,9 @@ class simulated_device {
   plan plan_validate(const active_job& a) {
     if (!a.entry) return plan_unknown(a, params_.load_s);
     const cost_entry& e = *a.entry;
-    const bool timeout = e.verdict == verdict_kind::timeout;
-    const bool respawn = timeout || e.verdict == verdict_kind::fault;
     plan p;
-    p.time = seconds(params_.load_s) + seconds(timeout ? params_.deadline_s : e.validate_s) +
-             (respawn ? seconds(params_.respawn_s) : duration{0});
-    if (respawn) ++stats_.respawns;
+    p.time = validation_time(e, params_);
+    if (e.verdict == verdict_kind::timeout || e.verdict == verdict_kind::fault) ++stats_.respawns;
     p.result.result = make_verdict(e.verdict, e.summary, e.log);
     return p;
   }
