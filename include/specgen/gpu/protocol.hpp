@@ -48,7 +48,7 @@ inline constexpr std::uint16_t protocol_version = 1;
 inline constexpr std::size_t frame_header_size = 20;
 /// Large enough for a cubin or an output buffer, small enough that a garbage
 /// length cannot make the host allocate without bound.
-inline constexpr std::uint32_t max_payload = 64u << 20;
+inline constexpr std::uint32_t max_payload = 1u << 30;
 
 enum class message_type : std::uint16_t {
   hello = 1,     ///< worker -> host, once at start: version, pid, device

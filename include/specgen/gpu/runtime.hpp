@@ -73,6 +73,12 @@ struct device_info {
   std::string arch{};  ///< what NVRTC should target: "sm_90a" on an H100/H200
   std::int64_t l2_bytes = 0;
   std::int64_t memory_bytes = 0;
+  int multiprocessors = 0;
+  /// Peak DRAM bandwidth in GB/s from the memory clock and bus width
+  /// (2 x clock x width / 8), 0 when the driver does not report them. The
+  /// roofline check's bound.
+  double peak_dram_gbps = 0;
+  std::string pci_bus_id{};  ///< "0000:3b:00.0": how NVML finds the same GPU
   device_limits limits{};  ///< filled from the device's attributes
   friend bool operator==(const device_info&, const device_info&) = default;
 };

@@ -1,0 +1,236 @@
+#pragma once
+/// Evaluating candidates on real GPUs: the validator that cannot be fooled,
+/// the profiler, and the device pool that implements the `evaluator` concept
+/// (the same one the simulated device implements).
+///
+/// Three ways in, from the lowest level up:
+///  - `device_session`: one GPU, synchronous calls. `compile`, `validate`,
+///    `profile` (a custom search loop, a test, a benchmark).
+///  - `gpu_pool`: every configured GPU behind the `evaluator` concept, results
+///    posted to an `executor` (the engine's loop).
+///  - `evaluate_batch`: a list of candidates through compile, validate and
+///    profile on all GPUs, blocking (an autotuner's tuning space).
+///
+/// Trust boundary: candidate kernels run only in `specgen-worker` processes.
+/// Reference outputs are computed once per (task, shape, seed, distribution)
+/// and kept in *this* process; every comparison that decides a verdict runs
+/// here, never in the worker. The defences and the timing method are
+/// described in docs/evaluation.md.
+///
+/// @code
+///   using namespace specgen;
+///   auto s = gpu::device_session::open({.device = 0});
+///   if (!s) return fmt::print("no GPU: {}\n", s.error().message);
+///   evaluation e = (*s)->evaluate(my_task, my_candidate);   // compile + validate + profile
+///   fmt::print("{} {:.2f}x\n", to_string(e.result.kind), e.timing ? e.timing->speedup : 0.0);
+/// @endcode
+/// Implemented in src/gpu/eval/ (target `specgen::gpu_eval`).
+#include <specgen/clock.hpp>
+#include <specgen/detail/config.hpp>
+#include <specgen/evaluator.hpp>
+#include <specgen/expected.hpp>
+#include <specgen/gpu/compiler.hpp>
+#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/worker_host.hpp>
+#include <specgen/task.hpp>
+#include <specgen/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace gpu {
+
+/// One set of inputs a candidate is checked on, at every validation shape.
+struct validation_case {
+  std::uint64_t seed = 1;
+  /// Overrides the init of every floating-point input whose own init is
+  /// random (normal, uniform, signed_uniform); inputs declared zeros/ones, and
+  /// integer inputs, keep their init. Empty: each input's own init.
+  std::optional<distribution> floats{};
+  friend bool operator==(const validation_case&, const validation_case&) = default;
+};
+
+/// How candidates are validated.
+struct validation_config {
+  /// Run at every validation shape of the task. The default covers the
+  /// task's own inits and the four random distributions.
+  std::vector<validation_case> cases{{1, std::nullopt},
+                                     {2, distribution::normal},
+                                     {3, distribution::uniform},
+                                     {4, distribution::signed_uniform},
+                                     {5, distribution::large}};
+  /// Runs of each case; outputs are poisoned before every run and each run is
+  /// compared with the reference. A later run failing after the first passed
+  /// is `unstable` (a race).
+  int repeats = 2;
+  std::size_t guard_bytes = 256;   ///< canary zone before and after every buffer
+  duration run_deadline = seconds(2);  ///< one plan run; past it: `timeout`, worker replaced
+  friend bool operator==(const validation_config&, const validation_config&) = default;
+};
+
+/// How candidates are timed (docs/evaluation.md, "Timing").
+struct profile_config {
+  int warmup = 10;             ///< untimed runs first (candidate and baseline each)
+  int min_samples = 20;        ///< timed samples before the noise rule may stop
+  int max_samples = 200;       ///< cap on timed samples
+  /// Stop when the estimated relative standard error of the median
+  /// (1.253 * 1.4826 * MAD / sqrt(n) / median) is at most this.
+  double target_noise = 0.005;
+  double max_seconds = 10;     ///< wall-time cap of the sampling loop
+  bool flush_l2 = true;        ///< write a buffer of 2x the L2 size between samples
+  bool interleave_baseline = true;  ///< time the baseline in the same loop, alternating
+  bool cupti_check = true;     ///< a CUPTI activity pass cross-checks kernels and durations
+  int cupti_runs = 5;
+  /// `suspicious` when CUPTI's summed kernel time and the event time disagree
+  /// by more than this fraction (work outside the plan's kernels).
+  double cupti_tolerance = 0.25;
+  /// `suspicious` when the median is below this fraction of the time needed
+  /// to move the task's inputs and outputs once at peak DRAM bandwidth.
+  double roofline_margin = 0.8;
+  /// Seed of the timed inputs; the last timed run uses `recheck_seed` inputs,
+  /// which the kernel has not seen, and its outputs are checked again.
+  std::uint64_t seed = 101;
+  std::uint64_t recheck_seed = 102;
+  duration run_deadline = seconds(5);  ///< one plan run
+  friend bool operator==(const profile_config&, const profile_config&) = default;
+};
+
+/// A reference computed on the host: outputs (in the task's order) from
+/// inputs (in the task's order), at `shape`. Registered by name; a task
+/// whose `reference.host` names it uses it.
+using host_reference = std::function<std::vector<std::vector<std::byte>>(
+    const task&, const shape_binding& shape, const std::vector<std::span<const std::byte>>& inputs)>;
+
+/// Everything a session needs. `worker_program` empty: $SPECGEN_WORKER, else
+/// `specgen-worker` beside the running executable, else the build tree's.
+struct session_config {
+  int device = 0;
+  std::string worker_program{};
+  worker_config worker{};  ///< heartbeats and startup timeout (program/device are set from above)
+  /// Shared between sessions of a pool; created from `compiler_settings` when null.
+  std::shared_ptr<compiler> shared_compiler{};
+  compiler_config compiler_settings{};
+  compile_options compile{.arch = ""};  ///< arch empty: the device's own (sm_90a on an H200)
+  validation_config validation{};
+  profile_config profile{};
+  std::map<std::string, host_reference> host_references{};
+};
+
+/// A compiled candidate, or why not.
+struct compile_outcome {
+  verdict result{};                     ///< ok, compile_error or invalid_plan
+  compile_report report{};
+  std::shared_ptr<const compiled> binary{};  ///< when ok
+};
+
+/// Counters of one session.
+struct session_stats {
+  std::uint64_t validations = 0;
+  std::uint64_t profiles = 0;
+  std::uint64_t reference_runs = 0;     ///< reference outputs computed (each cached afterwards)
+  std::uint64_t reference_hits = 0;     ///< reference outputs served from the cache
+  worker_stats worker{};
+};
+
+/**
+ * One GPU, driven synchronously through its worker. Thread-compatible: one
+ * call at a time, except `cancel` which may come from any thread.
+ */
+class device_session {
+ public:
+  /// Starts the worker and queries the device. "no GPU: ..." when there is none.
+  static expected<std::unique_ptr<device_session>, error> open(session_config config);
+  ~device_session();
+  device_session(const device_session&) = delete;
+  device_session& operator=(const device_session&) = delete;
+
+  [[nodiscard]] const device_info& device() const noexcept;
+  [[nodiscard]] const session_config& config() const noexcept;
+
+  /// Compiles for this device and checks the plan against the task and the
+  /// device's limits at every validation shape and the benchmark shape.
+  compile_outcome compile(const task& t, const candidate& c);
+  /// Compiles (cached) and validates: verdict ok, or what was wrong.
+  verdict validate(const task& t, const candidate& c);
+  /// Profiles against the task's baseline, interleaved; re-checks the last
+  /// timed run. `timing` is set when the verdict is ok.
+  evaluation profile(const task& t, const candidate& c);
+  /// compile, then validate, then profile, stopping at the first failure.
+  evaluation evaluate(const task& t, const candidate& c);
+
+  /// Aborts the call in progress (its worker is killed and replaced); the
+  /// call returns a verdict whose summary says it was cancelled. False when
+  /// nothing was running.
+  bool cancel();
+
+  [[nodiscard]] session_stats stats() const;
+
+ private:
+  struct state;
+  explicit device_session(std::unique_ptr<state> s);
+  std::unique_ptr<state> state_;
+};
+
+/// The pool's configuration: which GPUs, and the session settings for each.
+struct pool_config {
+  std::vector<int> devices{};  ///< empty: every visible GPU
+  session_config session{};    ///< `device` is overwritten per GPU
+};
+
+struct pool_stats {
+  std::vector<double> busy_seconds{};   ///< per device, measured wall time holding a job
+  std::vector<std::uint64_t> jobs{};    ///< per device, validate + profile jobs finished
+  std::uint64_t compiles = 0;
+  std::uint64_t cancelled = 0;
+  std::uint64_t respawns = 0;           ///< worker replacements over all devices
+};
+
+/**
+ * All configured GPUs as one `evaluator`: compile jobs on the compiler's
+ * threads, validate/profile jobs on a thread per GPU, results posted to the
+ * executor (whose loop the caller runs). The caller (the engine's scheduler)
+ * picks the device and sends at most one job per device at a time.
+ */
+class gpu_pool {
+ public:
+  static expected<std::unique_ptr<gpu_pool>, error> create(executor& loop, pool_config config);
+  ~gpu_pool();  // cancels what is queued or running and joins the threads
+  gpu_pool(const gpu_pool&) = delete;
+  gpu_pool& operator=(const gpu_pool&) = delete;
+
+  [[nodiscard]] int devices() const noexcept;
+  [[nodiscard]] int compile_slots() const noexcept;
+  void submit(eval_job job, eval_callback done);
+  bool cancel(job_id id);
+
+  [[nodiscard]] const device_info& device(int index) const;
+  [[nodiscard]] pool_stats stats() const;
+
+ private:
+  struct state;
+  explicit gpu_pool(std::unique_ptr<state> s);
+  std::unique_ptr<state> state_;
+};
+
+static_assert(evaluator<gpu_pool>);
+
+/// Progress of `evaluate_batch`: called (on the calling thread) once per
+/// candidate when its evaluation is final.
+using batch_progress = std::function<void(std::size_t index, const evaluation&)>;
+
+/// Compiles, validates and profiles every candidate on all GPUs of `config`
+/// and returns their evaluations in input order. Blocks.
+expected<std::vector<evaluation>, error> evaluate_batch(const pool_config& config, const task& t,
+                                                        const std::vector<candidate>& candidates,
+                                                        const batch_progress& progress = {});
+
+}  // namespace gpu
+SPECGEN_END_NAMESPACE
