@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -30,7 +32,7 @@ using namespace specgen;
 
 namespace {
 
-constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine> [options]
+constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn> [options]
 
 e2e options:
   --modes LIST         comma-separated modes (default: all ten)
@@ -49,7 +51,15 @@ e2e options:
   --out FILE           write the JSON results
 engine options:
   --tasks N, --rounds N (default 20 x 50 = 1,000 rounds), --seed N, --out FILE
+gpu-* options (real GPUs; "no GPU: <reason>" and exit 0 without one):
+  --tasks DIR          task files (default tasks/examples), --task NAME only that one
+  --device N           the GPU of the single-session benchmarks (default 0)
+  --reps N             gpu-latency: salted copies of each kernel (default 3)
+  --runs N             gpu-spread: profiles per kernel (default 20); gpu-respawn: faults (default 10)
+  --json FILE          write the JSON results
 )";
+
+constexpr std::array<std::string_view, 4> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -329,6 +339,12 @@ int bench_engine(const programs::args& a) {
 
 }  // namespace
 
+#ifdef SPECGEN_BENCH_GPU
+namespace specgen::bench {
+int run_gpu_bench(int argc, char** argv);  // gpu_bench.cpp
+}
+#endif
+
 int main(int argc, char** argv) {
   try {
     if (argc < 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
@@ -336,6 +352,14 @@ int main(int argc, char** argv) {
       return argc < 2 ? 2 : 0;
     }
     const std::string_view cmd = argv[1];
+    if (std::find(gpu_benchmarks.begin(), gpu_benchmarks.end(), cmd) != gpu_benchmarks.end()) {
+#ifdef SPECGEN_BENCH_GPU
+      return bench::run_gpu_bench(argc, argv);
+#else
+      fmt::print("no GPU: specgen-bench was built without the CUDA Toolkit\n");
+      return 0;
+#endif
+    }
     programs::args a(argc, argv,
                      {"modes", "tasks", "rounds", "corpus", "corpus-seed", "seed", "seeds", "devices", "streams", "target",
                       "prefix-hit", "out"},

@@ -86,6 +86,12 @@ class executor {
   virtual void post(std::function<void()> fn) = 0;
   /// True when time is simulated (no thread may post into a virtual loop).
   [[nodiscard]] virtual bool is_virtual() const noexcept = 0;
+  /// Keep a real-time loop running while outside threads may still post (a
+  /// job on a worker thread whose completion will be posted); every `hold`
+  /// is paired with one `release`. Call both on the loop's thread. The
+  /// default does nothing (a loop that never idles out).
+  virtual void hold() noexcept {}
+  virtual void release() noexcept {}
 };
 
 /// The single-threaded event loop. Timers at equal times run in the order
@@ -135,8 +141,9 @@ class event_loop final : public executor {
   }
 
   /// Keep a real-time loop alive while outside threads may still post.
-  void hold() noexcept { ++holds_; }
-  void release() noexcept {
+  /// Loop thread only (or before `run`).
+  void hold() noexcept override { ++holds_; }
+  void release() noexcept override {
     --holds_;
     cv_.notify_one();
   }

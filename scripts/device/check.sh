@@ -24,6 +24,21 @@ cmake -S "$repo" -B "$build" "${generator[@]}" -DSPECGEN_WERROR=ON -DCMAKE_PREFI
   -DCUDAToolkit_ROOT=/usr/local/cuda > "$out/configure.log" 2>&1 || { echo "configure failed"; tail -30 "$out/configure.log"; exit 1; }
 cmake --build "$build" -j"$(nproc)" > "$out/build.log" 2>&1 || { echo "build failed"; grep -E "error|warning" "$out/build.log" | head -40; exit 1; }
 echo "build ok (warnings: $(grep -c 'warning:' "$out/build.log"))"
-(cd "$build" && ctest -j"$(nproc)" --output-on-failure -E 'packaging' > "$out/ctest.log" 2>&1); rc=$?
+(cd "$build" && ctest -j"$(nproc)" --output-on-failure -E 'packaging|gpu_adversarial_test' > "$out/ctest.log" 2>&1); rc=$?
 tail -15 "$out/ctest.log"
+# The adversarial corpus on its own, its verdict table kept.
+if [ -x "$build/tests/gpu/gpu_adversarial_test" ]; then
+  (cd "$build/tests/gpu" && timeout 900 ./gpu_adversarial_test > "$out/gpu_adversarial_test.log" 2>&1); arc=$?
+  echo "gpu_adversarial_test rc=$arc"; tail -5 "$out/gpu_adversarial_test.log"
+  ((rc == 0)) && rc=$arc
+fi
+# With --bench: the GPU benchmarks, JSON results under $OUT.
+if [[ " $* " == *" --bench "* ]]; then
+  bench="$build/benchmarks/specgen-bench"
+  for b in gpu-latency gpu-spread gpu-cupti gpu-respawn; do
+    echo "== $b"
+    timeout 240 "$bench" "$b" --tasks "$repo/tasks/examples" --json "$out/$b.json" > "$out/$b.txt" 2>&1
+    echo "rc=$?"; tail -25 "$out/$b.txt"
+  done
+fi
 exit $rc

@@ -20,7 +20,7 @@
 /// @code
 ///   using namespace specgen;
 ///   auto s = gpu::device_session::open({.device = 0});
-///   if (!s) return fmt::print("no GPU: {}\n", s.error().message);
+///   if (!s) return fmt::print("{}\n", s.error().message);   // "no GPU: ..." without one
 ///   evaluation e = (*s)->evaluate(my_task, my_candidate);   // compile + validate + profile
 ///   fmt::print("{} {:.2f}x\n", to_string(e.result.kind), e.timing ? e.timing->speedup : 0.0);
 /// @endcode
@@ -52,8 +52,8 @@ namespace gpu {
 struct validation_case {
   std::uint64_t seed = 1;
   /// Overrides the init of every floating-point input whose own init is
-  /// random (normal, uniform, signed_uniform); inputs declared zeros/ones, and
-  /// integer inputs, keep their init. Empty: each input's own init.
+  /// random (normal, uniform, signed_uniform, large); inputs declared
+  /// zeros/ones, and integer inputs, keep their init. Empty: each input's own init.
   std::optional<distribution> floats{};
   friend bool operator==(const validation_case&, const validation_case&) = default;
 };
@@ -109,12 +109,22 @@ struct profile_config {
 using host_reference = std::function<std::vector<std::vector<std::byte>>(
     const task&, const shape_binding& shape, const std::vector<std::span<const std::byte>>& inputs)>;
 
+/// Reference outputs kept in the host process, keyed by (task content,
+/// shape, seed, distribution); shared by the sessions of a pool. Opaque:
+/// created by `device_session::open` when `session_config::references` is null.
+class reference_cache;
+
 /// Everything a session needs. `worker_program` empty: $SPECGEN_WORKER, else
-/// `specgen-worker` beside the running executable, else the build tree's.
+/// `specgen-worker` beside the running executable, else the build tree's
+/// (see `find_worker_program`).
 struct session_config {
   int device = 0;
   std::string worker_program{};
   worker_config worker{};  ///< heartbeats and startup timeout (program/device are set from above)
+  /// The host's allowance per worker call beyond the kernels' own deadlines
+  /// (input generation, transfers, module load, the context at the first
+  /// run). A call's host deadline is run_deadline x runs + this.
+  duration call_margin = seconds(30);
   /// Shared between sessions of a pool; created from `compiler_settings` when null.
   std::shared_ptr<compiler> shared_compiler{};
   compiler_config compiler_settings{};
@@ -122,7 +132,22 @@ struct session_config {
   validation_config validation{};
   profile_config profile{};
   std::map<std::string, host_reference> host_references{};
+  /// Shared between sessions of a pool; created (with `reference_cache_bytes`) when null.
+  std::shared_ptr<reference_cache> references{};
+  std::size_t reference_cache_bytes = std::size_t{4} << 30;  ///< oldest entries dropped beyond this
+  /// For tests and stand-in workers only: describe the device with this
+  /// instead of asking the driver, and accept any worker hello. With it a
+  /// session opens on a machine without a GPU (its worker then must not need one).
+  std::optional<device_info> assumed_device{};
 };
+
+/// The worker executable a session starts: `configured` if not empty, else
+/// $SPECGEN_WORKER, else `specgen-worker` beside /proc/self/exe if it exists,
+/// else the one in the build tree this library was built in.
+/// @code
+///   auto path = specgen::gpu::find_worker_program("");   // ".../build/src/gpu/worker/specgen-worker"
+/// @endcode
+[[nodiscard]] std::string find_worker_program(const std::string& configured = {});
 
 /// A compiled candidate, or why not.
 struct compile_outcome {
@@ -137,6 +162,7 @@ struct session_stats {
   std::uint64_t profiles = 0;
   std::uint64_t reference_runs = 0;     ///< reference outputs computed (each cached afterwards)
   std::uint64_t reference_hits = 0;     ///< reference outputs served from the cache
+  std::uint64_t module_resends = 0;     ///< cubins sent again after the worker answered module_missing
   worker_stats worker{};
 };
 

@@ -75,8 +75,8 @@ struct device_info {
   std::int64_t memory_bytes = 0;
   int multiprocessors = 0;
   /// Peak DRAM bandwidth in GB/s from the memory clock and bus width
-  /// (2 x clock x width / 8), 0 when the driver does not report them. The
-  /// roofline check's bound.
+  /// (2 x clock x width / 8): the driver's attributes, else NVML's maximum
+  /// memory clock and bus width, else 0. The roofline check's bound.
   double peak_dram_gbps = 0;
   std::string pci_bus_id{};  ///< "0000:3b:00.0": how NVML finds the same GPU
   device_limits limits{};  ///< filled from the device's attributes
@@ -97,6 +97,13 @@ expected<device_info, runtime_error> query_device(int index);
 
 class gpu_context;
 
+namespace detail {
+struct context_state;
+/// The runtime's own operations (the worker's ops) reach the CUDA handles
+/// behind these classes through it; defined in src/gpu/runtime/executor.hpp.
+struct context_access;
+}  // namespace detail
+
 /// A loaded cubin. Not copyable: it owns the driver's module handle.
 class module {
  public:
@@ -111,6 +118,7 @@ class module {
 
  private:
   friend class gpu_context;
+  friend struct detail::context_access;
   module(const gpu_context* ctx, void* handle) : ctx_(ctx), handle_(handle) {}
   const gpu_context* ctx_ = nullptr;
   void* handle_ = nullptr;  // CUmodule
@@ -167,10 +175,6 @@ struct run_result {
   double elapsed_ms = 0;  ///< CUDA events around all launches of the plan
 };
 
-namespace detail {
-struct context_state;
-}
-
 /**
  * The primary context of one GPU and a non-blocking stream owned by it.
  * After a `fault` or `timeout` every call fails: a sticky error cannot be
@@ -209,6 +213,7 @@ class gpu_context {
  private:
   friend class module;
   friend class device_buffer;
+  friend struct detail::context_access;
   explicit gpu_context(std::unique_ptr<detail::context_state> s);
   std::unique_ptr<detail::context_state> state_;
 };

@@ -1,5 +1,6 @@
 // Device discovery: count, name, architecture and the limits a plan is checked against.
 #include "driver.hpp"
+#include "nvml.hpp"
 
 #include <fmt/format.h>
 
@@ -12,6 +13,28 @@ std::string nvrtc_arch(int sm_major, int sm_minor) {
   // which is what a worker compiles for anyway.
   return fmt::format("sm_{}{}{}", sm_major, sm_minor, sm_major >= 9 ? "a" : "");
 }
+
+namespace {
+
+/// 2 (double data rate) x clock x bus width / 8, in GB/s. The driver's
+/// attributes first (kHz, bits); where they are missing or 0, NVML's maximum
+/// memory clock (MHz) and bus width; 0 when neither reports them.
+double peak_dram_gbps(const detail::driver_api& api, CUdevice dev, const std::string& pci_bus_id) {
+  int khz = 0, bits = 0;
+  if (api.cuDeviceGetAttribute(&khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev) == CUDA_SUCCESS &&
+      api.cuDeviceGetAttribute(&bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev) == CUDA_SUCCESS && khz > 0 &&
+      bits > 0)
+    return 2.0 * static_cast<double>(khz) * 1e3 * static_cast<double>(bits) / 8.0 / 1e9;
+  if (pci_bus_id.empty()) return 0;
+  auto nvml = detail::nvml_device::open(pci_bus_id);
+  if (!nvml) return 0;
+  const auto mhz = nvml->max_memory_clock_mhz();
+  const auto width = nvml->memory_bus_width_bits();
+  if (!mhz || !width) return 0;
+  return 2.0 * static_cast<double>(*mhz) * 1e6 * static_cast<double>(*width) / 8.0 / 1e9;
+}
+
+}  // namespace
 
 expected<int, runtime_error> device_count() {
   const auto& api = detail::load_driver();
@@ -57,8 +80,12 @@ expected<device_info, runtime_error> query_device(int index) {
   d.limits.max_dynamic_smem_bytes =
       attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "opt-in shared memory per block");
   d.limits.smem_opt_in_bytes = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, "shared memory per block");
+  d.multiprocessors = static_cast<int>(attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessor count"));
   std::size_t total = 0;
   if (api.cuDeviceTotalMem(&total, dev) == CUDA_SUCCESS) d.memory_bytes = static_cast<std::int64_t>(total);
+  char bus_id[32] = {};
+  if (api.cuDeviceGetPCIBusId(bus_id, static_cast<int>(sizeof bus_id - 1), dev) == CUDA_SUCCESS) d.pci_bus_id = bus_id;
+  d.peak_dram_gbps = peak_dram_gbps(api, dev, d.pci_bus_id);
   if (!failed.empty())
     return unexpected(runtime_error{runtime_error::kind::internal,
                                     fmt::format("GPU {}: the driver did not report {}", index, failed), {}});

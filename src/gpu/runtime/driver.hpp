@@ -23,7 +23,8 @@ namespace gpu::detail {
   X(cuCtxSetCurrent) X(cuStreamCreate) X(cuStreamDestroy) X(cuEventCreate) X(cuEventDestroy)            \
   X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)     \
   X(cuMemcpyDtoH) X(cuMemsetD8) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)            \
-  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuCtxSynchronize)
+  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuCtxSynchronize) X(cuMemsetD8Async) X(cuMemcpyDtoDAsync)          \
+  X(cuCtxResetPersistingL2Cache) X(cuDeviceGetPCIBusId)
 
 struct driver_api {
 #define SPECGEN_CUDA_MEMBER(fn) decltype(&::fn) fn = nullptr;

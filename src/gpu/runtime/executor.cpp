@@ -1,12 +1,10 @@
 // Contexts, modules, guarded buffers and plan execution with a deadline.
 #include "executor.hpp"
 
-#include "marshal.hpp"
-
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
-#include <optional>
 #include <thread>
 #include <utility>
 
@@ -184,88 +182,35 @@ expected<std::array<std::vector<std::byte>, 2>, runtime_error> device_buffer::re
   return out;
 }
 
-// ---- run_plan -------------------------------------------------------------------------
+// ---- prepared_plan and run_plan -----------------------------------------------------
 
-expected<run_result, runtime_error> gpu_context::run_plan(const resolved_plan& plan, const module& mod,
-                                                          const buffer_pointers& buffers, duration deadline) {
-  using k = runtime_error::kind;
-  auto& s = *state_;
-  const auto& api = *s.api;
-  const auto until = std::chrono::steady_clock::now() + deadline;
-  if (auto u = s.require_usable(); !u) return unexpected(u.error());
-  if (auto r = s.check(api.cuCtxSetCurrent(s.context), k::internal, "cuCtxSetCurrent"); !r) return unexpected(r.error());
+namespace detail {
 
-  // Everything that can be refused is refused before the first launch.
-  buffer_pointers pointers = buffers;
-  std::vector<device_buffer> scratch;
-  for (const auto& sc : plan.scratch) {
-    auto b = allocate(static_cast<std::size_t>(sc.bytes));
-    if (!b) return unexpected(b.error());
-    if (sc.zero)
-      if (auto z = b->fill(std::byte{0}); !z) return unexpected(z.error());
-    pointers[sc.name] = b->pointer();
-    scratch.push_back(std::move(*b));
-  }
-  std::vector<CUfunction> functions;
-  std::vector<detail::kernel_params> params;
-  for (const auto& l : plan.launches) {
-    CUfunction f = nullptr;
-    if (CUresult r = api.cuModuleGetFunction(&f, static_cast<CUmodule>(mod.handle_), l.kernel.c_str()); r != CUDA_SUCCESS)
-      return unexpected(runtime_error{
-          k::invalid_plan,
-          fmt::format("line {}: the module has no kernel '{}' ({}); kernels must be declared extern \"C\" __global__",
-                      l.line, l.kernel, detail::error_name(api, r)),
-          detail::error_name(api, r)});
-    if (l.smem_opt_in || l.smem_bytes > 48 * 1024)
-      if (auto r = s.check(api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   static_cast<int>(l.smem_bytes)),
-                           k::launch_failed,
-                           fmt::format("line {}: allowing kernel '{}' {} bytes of dynamic shared memory", l.line,
-                                       l.kernel, l.smem_bytes));
-          !r)
-        return unexpected(r.error());
-    auto p = detail::marshal_args(l, pointers);
-    if (!p) return unexpected(p.error());
-    functions.push_back(f);
-    params.push_back(std::move(*p));
-  }
-  // Scratch zeroing and the caller's uploads went through the legacy stream,
-  // which a non-blocking stream does not wait for.
-  if (auto r = s.check(api.cuCtxSynchronize(), k::internal, "cuCtxSynchronize before the plan"); !r)
-    return unexpected(r.error());
+expected<void, runtime_error> context_state::memset_async(std::uint64_t at, std::uint8_t value, std::size_t bytes) {
+  if (auto u = require_usable(); !u) return u;
+  if (bytes == 0) return {};
+  return check(api->cuMemsetD8Async(at, value, bytes, stream), runtime_error::kind::internal,
+               fmt::format("cuMemsetD8Async of {} bytes", bytes));
+}
 
-  if (auto r = s.check(api.cuEventRecord(s.start, s.stream), k::internal, "cuEventRecord"); !r) return unexpected(r.error());
-  std::optional<runtime_error> launch_error;
-  for (std::size_t i = 0; i < functions.size(); ++i) {
-    const auto& l = plan.launches[i];
-    CUresult r = api.cuLaunchKernel(functions[i], l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
-                                    l.smem_bytes, s.stream, params[i].data(), nullptr);
-    if (r != CUDA_SUCCESS) {
-      auto e = s.check(r, k::launch_failed,
-                       fmt::format("line {}: launching '{}' with grid ({}, {}, {}) block ({}, {}, {}) smem {}", l.line,
-                                   l.kernel, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
-                                   l.smem_bytes));
-      if (is_sticky(e.error().what)) return unexpected(e.error());
-      launch_error = e.error();
-      break;  // the launches already queued are still waited for below
-    }
-  }
-  if (auto r = s.check(api.cuEventRecord(s.stop, s.stream), k::internal, "cuEventRecord"); !r) return unexpected(r.error());
+expected<void, runtime_error> context_state::copy_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes) {
+  if (auto u = require_usable(); !u) return u;
+  if (bytes == 0) return {};
+  return check(api->cuMemcpyDtoDAsync(dst, src, bytes, stream), runtime_error::kind::internal,
+               fmt::format("cuMemcpyDtoDAsync of {} bytes", bytes));
+}
 
-  // Polling, not cuEventSynchronize: a kernel that never ends must not take
-  // the worker with it before it has reported the timeout.
+expected<void, runtime_error> context_state::await(CUevent event, std::chrono::steady_clock::time_point until,
+                                                   duration deadline) {
   auto pause = std::chrono::microseconds(10);
   while (true) {
-    CUresult r = api.cuEventQuery(s.stop);
-    if (r == CUDA_SUCCESS) break;
-    if (r != CUDA_ERROR_NOT_READY) {
-      auto e = s.check(r, k::internal, "running the plan");
-      return unexpected(e.error());
-    }
+    CUresult r = api->cuEventQuery(event);
+    if (r == CUDA_SUCCESS) return {};
+    if (r != CUDA_ERROR_NOT_READY) return check(r, runtime_error::kind::internal, "running the plan");
     if (std::chrono::steady_clock::now() >= until) {
-      s.usable = false;
+      usable = false;
       return unexpected(runtime_error{
-          k::timeout,
+          runtime_error::kind::timeout,
           fmt::format("the plan's kernels did not finish within {:.3f} s (an endless loop, a deadlock at a barrier, "
                       "or far too much work); the GPU context is abandoned",
                       to_seconds(deadline)),
@@ -274,11 +219,198 @@ expected<run_result, runtime_error> gpu_context::run_plan(const resolved_plan& p
     std::this_thread::sleep_for(pause);
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
   }
-  if (launch_error) return unexpected(std::move(*launch_error));
+}
+
+expected<std::vector<CUfunction>, runtime_error> prepared_plan::resolve_functions(CUmodule m) const {
+  using k = runtime_error::kind;
+  auto& s = *state_;
+  const auto& api = *s.api;
+  std::vector<CUfunction> out;
+  out.reserve(launches_.size());
+  for (const auto& l : launches_) {
+    CUfunction f = nullptr;
+    if (CUresult r = api.cuModuleGetFunction(&f, m, l.kernel.c_str()); r != CUDA_SUCCESS)
+      return unexpected(runtime_error{
+          k::invalid_plan,
+          fmt::format("line {}: the module has no kernel '{}' ({}); kernels must be declared extern \"C\" __global__",
+                      l.line, l.kernel, error_name(api, r)),
+          error_name(api, r)});
+    if (l.smem_opt_in || l.smem_bytes > 48 * 1024)
+      if (auto r = s.check(api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   static_cast<int>(l.smem_bytes)),
+                           k::launch_failed,
+                           fmt::format("line {}: allowing kernel '{}' {} bytes of dynamic shared memory", l.line,
+                                       l.kernel, l.smem_bytes));
+          !r)
+        return unexpected(r.error());
+    out.push_back(f);
+  }
+  return out;
+}
+
+expected<prepared_plan, runtime_error> prepared_plan::prepare(
+    gpu_context& ctx, const resolved_plan& plan, const module& mod, const buffer_pointers& buffers,
+    std::shared_ptr<const std::vector<std::byte>> fresh_cubin) {
+  using k = runtime_error::kind;
+  auto& s = context_access::state(ctx);
+  const auto& api = *s.api;
+  if (auto u = s.require_usable(); !u) return unexpected(u.error());
+  if (auto r = s.check(api.cuCtxSetCurrent(s.context), k::internal, "cuCtxSetCurrent"); !r) return unexpected(r.error());
+
+  prepared_plan p;
+  p.state_ = &s;
+  p.launches_ = plan.launches;
+  buffer_pointers pointers = buffers;
+  for (const auto& sc : plan.scratch) {
+    auto b = ctx.allocate(static_cast<std::size_t>(sc.bytes));
+    if (!b) return unexpected(b.error());
+    pointers[sc.name] = b->pointer();
+    p.scratch_.push_back(std::move(*b));
+    p.zero_.push_back(sc.zero);
+  }
+  for (const auto& l : plan.launches) {
+    auto params = marshal_args(l, pointers);
+    if (!params) return unexpected(params.error());
+    p.params_.push_back(std::move(*params));
+  }
+  CUmodule from = context_access::handle(mod);
+  if (fresh_cubin) {
+    // The shared module may carry globals an earlier request wrote: the plan
+    // launches from its own instance only.
+    p.cubin_ = std::move(fresh_cubin);
+    if (auto r = s.check(api.cuModuleLoadData(&p.own_, p.cubin_->data()), k::load_failed,
+                         fmt::format("loading a fresh instance of a cubin of {} bytes", p.cubin_->size()));
+        !r)
+      return unexpected(r.error());
+    from = p.own_;
+  }
+  auto functions = p.resolve_functions(from);
+  if (!functions) return unexpected(functions.error());
+  p.functions_ = std::move(*functions);
+  return p;
+}
+
+prepared_plan::prepared_plan(prepared_plan&& o) noexcept
+    : state_(o.state_),
+      launches_(std::move(o.launches_)),
+      scratch_(std::move(o.scratch_)),
+      zero_(std::move(o.zero_)),
+      functions_(std::move(o.functions_)),
+      params_(std::move(o.params_)),
+      cubin_(std::move(o.cubin_)),
+      own_(std::exchange(o.own_, nullptr)),
+      used_(o.used_) {}
+
+prepared_plan& prepared_plan::operator=(prepared_plan&& o) noexcept {
+  if (this != &o) {
+    unload_own();
+    state_ = o.state_;
+    launches_ = std::move(o.launches_);
+    scratch_ = std::move(o.scratch_);
+    zero_ = std::move(o.zero_);
+    functions_ = std::move(o.functions_);
+    params_ = std::move(o.params_);
+    cubin_ = std::move(o.cubin_);
+    own_ = std::exchange(o.own_, nullptr);
+    used_ = o.used_;
+  }
+  return *this;
+}
+
+prepared_plan::~prepared_plan() { unload_own(); }
+
+void prepared_plan::unload_own() noexcept {
+  // After a fault or a timeout nothing is released (a hung kernel may use it).
+  if (own_ && state_ && state_->usable) state_->api->cuModuleUnload(own_);
+  own_ = nullptr;
+}
+
+expected<void, runtime_error> prepared_plan::reload() {
+  if (!cubin_ || !used_) return {};
+  auto& s = *state_;
+  if (auto u = s.require_usable(); !u) return u;
+  CUmodule fresh = nullptr;
+  if (auto r = s.check(s.api->cuModuleLoadData(&fresh, cubin_->data()), runtime_error::kind::load_failed,
+                       fmt::format("reloading a cubin of {} bytes for a fresh instance of its globals",
+                                   cubin_->size()));
+      !r)
+    return r;
+  auto functions = resolve_functions(fresh);
+  if (!functions) {
+    s.api->cuModuleUnload(fresh);
+    return unexpected(functions.error());
+  }
+  unload_own();
+  own_ = fresh;
+  functions_ = std::move(*functions);
+  used_ = false;
+  // Whatever the load queued to initialise the globals is done before the
+  // run's start event; the stream is idle here, so this waits for little.
+  return s.check(s.api->cuCtxSynchronize(), runtime_error::kind::internal, "cuCtxSynchronize after a module reload");
+}
+
+expected<void, runtime_error> prepared_plan::reset_scratch_async() {
+  for (std::size_t i = 0; i < scratch_.size(); ++i)
+    if (auto z = state_->memset_async(scratch_[i].pointer(), zero_[i] ? 0 : scratch_pattern, scratch_[i].size()); !z)
+      return z;
+  return {};
+}
+
+expected<void, runtime_error> prepared_plan::enqueue() {
+  auto& s = *state_;
+  if (auto u = s.require_usable(); !u) return u;
+  used_ = true;  // even a refused launch may follow launches that ran
+  for (std::size_t i = 0; i < functions_.size(); ++i) {
+    const auto& l = launches_[i];
+    CUresult r = s.api->cuLaunchKernel(functions_[i], l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
+                                       l.block[2], l.smem_bytes, s.stream, params_[i].data(), nullptr);
+    if (r != CUDA_SUCCESS)
+      return s.check(r, runtime_error::kind::launch_failed,
+                     fmt::format("line {}: launching '{}' with grid ({}, {}, {}) block ({}, {}, {}) smem {}", l.line,
+                                 l.kernel, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
+                                 l.smem_bytes));
+  }
+  return {};
+}
+
+expected<double, runtime_error> prepared_plan::timed_run(std::chrono::steady_clock::time_point until,
+                                                         duration deadline) {
+  using k = runtime_error::kind;
+  auto& s = *state_;
+  const auto& api = *s.api;
+  if (auto u = s.require_usable(); !u) return unexpected(u.error());
+  if (auto r = s.check(api.cuEventRecord(s.start, s.stream), k::internal, "cuEventRecord"); !r)
+    return unexpected(r.error());
+  auto launched = enqueue();
+  if (!launched && is_sticky(launched.error().what)) return unexpected(launched.error());
+  // After a refused launch the ones already queued are still waited for.
+  if (auto r = s.check(api.cuEventRecord(s.stop, s.stream), k::internal, "cuEventRecord"); !r)
+    return unexpected(r.error());
+  if (auto w = s.await(s.stop, until, deadline); !w) return unexpected(w.error());
+  if (!launched) return unexpected(launched.error());
   float ms = 0;
   if (auto r = s.check(api.cuEventElapsedTime(&ms, s.start, s.stop), k::internal, "cuEventElapsedTime"); !r)
     return unexpected(r.error());
-  return run_result{.elapsed_ms = static_cast<double>(ms)};
+  return static_cast<double>(ms);
+}
+
+}  // namespace detail
+
+expected<run_result, runtime_error> gpu_context::run_plan(const resolved_plan& plan, const module& mod,
+                                                          const buffer_pointers& buffers, duration deadline) {
+  auto& s = *state_;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  auto p = detail::prepared_plan::prepare(*this, plan, mod, buffers);
+  if (!p) return unexpected(p.error());
+  if (auto z = p->reset_scratch_async(); !z) return unexpected(z.error());
+  // The caller's uploads and fills went through the legacy stream, which a
+  // non-blocking stream does not wait for.
+  if (auto r = s.check(s.api->cuCtxSynchronize(), runtime_error::kind::internal, "cuCtxSynchronize before the plan");
+      !r)
+    return unexpected(r.error());
+  auto ms = p->timed_run(until, deadline);
+  if (!ms) return unexpected(ms.error());
+  return run_result{.elapsed_ms = *ms};
 }
 
 }  // namespace gpu

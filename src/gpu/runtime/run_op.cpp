@@ -1,16 +1,13 @@
 #include "run_op.hpp"
 
-#include <specgen/expr.hpp>
+#include "op_common.hpp"
+
 #include <specgen/plan.hpp>
-#include <specgen/task_io.hpp>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -20,189 +17,132 @@ namespace {
 
 using json = nlohmann::json;
 
-/// A failed run as the response carries it.
-struct failure {
-  std::string kind;  // a runtime_error kind, or "invalid_request"
-  std::string message;
-  std::string cuda_error{};
-};
+/// Largest `repeats` accepted: a validation needs a few; more is a broken host.
+constexpr std::uint64_t max_repeats = 1000;
 
-failure from(const runtime_error& e) { return {std::string(to_string(e.what)), e.message, e.cuda_error}; }
-
-struct slice {
-  std::size_t offset = 0;
-  std::size_t length = 0;
-};
-
-/// {"offset", "length"} inside a binary part of `size` bytes.
-std::optional<failure> read_slice(const json& j, std::size_t size, const std::string& what, slice& out) {
-  if (!j.is_object() || !j.contains("offset") || !j.contains("length") || !j["offset"].is_number_unsigned() ||
-      !j["length"].is_number_unsigned())
-    return failure{"invalid_request", fmt::format("{} needs unsigned \"offset\" and \"length\"", what)};
-  out = {j["offset"].get<std::size_t>(), j["length"].get<std::size_t>()};
-  if (out.offset > size || out.length > size - out.offset)
-    return failure{"invalid_request", fmt::format("{} (offset {}, length {}) lies outside the {} binary bytes", what,
-                                                  out.offset, out.length, size)};
-  return std::nullopt;
-}
-
-/// Bytes of a task tensor at `shape`.
-expected<std::size_t, failure> tensor_bytes(const tensor_spec& t, const shape_binding& shape) {
-  std::int64_t elements = 1;
-  for (const auto& dim : t.shape) {
-    auto e = parse_size_expr(dim);
-    if (!e) return unexpected(failure{"invalid_request", fmt::format("tensor {}: '{}': {}", t.name, dim, e.error().message)});
-    auto v = e->eval(shape);
-    if (!v || *v < 0)
-      return unexpected(failure{"invalid_request", fmt::format("tensor {}: '{}' has no non-negative value at this shape",
-                                                               t.name, dim)});
-    elements *= *v;
+/// Uploads every task input: sent bytes (`{"name", "offset", "length"}`) or
+/// generated ones (`{"name", "seed", "distribution"?}`).
+expected<void, failure> load_inputs(io_set& io, const task& t, const json& given, std::span<const std::byte> binary) {
+  if (!given.is_array()) return unexpected(bad_request("\"inputs\" must be an array"));
+  for (std::size_t i = 0; i < t.inputs.size(); ++i) {
+    const auto& spec = t.inputs[i];
+    auto it = std::find_if(given.begin(), given.end(),
+                           [&](const json& g) { return g.is_object() && g.value("name", "") == spec.name; });
+    if (it == given.end()) return unexpected(bad_request(fmt::format("input '{}' was not sent", spec.name)));
+    if (it->contains("seed")) {
+      auto seed = read_u64(*it, "seed", 0);
+      if (!seed) return unexpected(seed.error());
+      std::optional<distribution> dist;
+      if (it->contains("distribution") && !(*it)["distribution"].is_null()) {
+        const json& d = (*it)["distribution"];
+        dist = d.is_string() ? parse_distribution(d.get<std::string>()) : std::nullopt;
+        if (!dist)
+          return unexpected(bad_request(fmt::format("input '{}': unknown distribution {} (known: {})", spec.name,
+                                                    d.dump(), fmt::join(distribution_names, ", "))));
+      }
+      if (auto g = io.generate_input(i, spec, *seed, dist); !g) return g;
+      continue;
+    }
+    auto bytes = read_slice(*it, binary, "input " + spec.name);
+    if (!bytes) return unexpected(bytes.error());
+    if (auto u = io.upload_input(i, *bytes); !u) return u;
   }
-  return static_cast<std::size_t>(elements) * size_of(t.type);
+  return {};
 }
 
-json failed(const failure& f) {
-  return {{"ok", false}, {"error_kind", f.kind}, {"message", f.message}, {"cuda_error", f.cuda_error}};
-}
-
-bool all_equal(const std::vector<std::byte>& bytes, std::byte value) {
-  return std::all_of(bytes.begin(), bytes.end(), [&](std::byte b) { return b == value; });
-}
-
-struct named_buffer {
-  std::string name;
-  device_buffer buffer;
-  std::span<const std::byte> uploaded{};  // inputs only
-};
-
-expected<json, failure> run(std::unique_ptr<gpu_context>& ctx, int device, const request& r, std::string& out_binary) {
+expected<json, failure> run(worker_state& w, const request& r, std::string& out_binary) {
   const json& a = r.args;
   if (!a.is_object() || !a.contains("task") || !a.contains("plan") || !a["plan"].is_string() || !a.contains("shape"))
-    return unexpected(failure{"invalid_request", "run needs args {task, plan, shape, cubin, inputs}"});
-  auto t = parse_task(a["task"], "<run request>");
-  if (!t) return unexpected(failure{"invalid_request", t.error().what()});
-  shape_binding shape;
-  try {
-    shape = a["shape"].get<shape_binding>();
-  } catch (const json::exception& e) {
-    return unexpected(failure{"invalid_request", fmt::format("shape must map size symbols to integers: {}", e.what())});
-  }
+    return unexpected(bad_request("run needs args {task, plan, shape, cubin or module_key, inputs}"));
+  auto t = read_task(a["task"]);
+  if (!t) return unexpected(t.error());
+  auto shape = read_shape(a["shape"]);
+  if (!shape) return unexpected(shape.error());
   const std::size_t guard = a.value("guard", std::size_t{256});
   const auto guard_pattern = static_cast<std::byte>(a.value("guard_pattern", 0xA5));
-  const auto poison = static_cast<std::byte>(a.value("poison", 0xFF));
-  const auto deadline = std::chrono::duration_cast<duration>(std::chrono::duration<double, std::milli>(a.value("deadline_ms", 1000.0)));
-  const std::span<const std::byte> binary(reinterpret_cast<const std::byte*>(r.binary.data()), r.binary.size());
-  slice cubin;
-  if (auto f = read_slice(a.value("cubin", json()), binary.size(), "cubin", cubin)) return unexpected(*f);
-
-  if (!ctx) {
-    auto c = gpu_context::create(device);
-    if (!c) return unexpected(from(c.error()));
-    ctx = std::move(*c);
+  std::optional<std::byte> poison;
+  if (a.contains("poison") && !a["poison"].is_null()) {
+    if (!a["poison"].is_number_unsigned() || a["poison"].get<unsigned>() > 255)
+      return unexpected(bad_request("\"poison\" must be a byte value (0 to 255), or absent for the dtype patterns"));
+    poison = static_cast<std::byte>(a["poison"].get<unsigned>());
   }
+  auto deadline = read_ms(a, "deadline_ms", 1000);
+  if (!deadline) return unexpected(deadline.error());
+  auto repeats = read_u64(a, "repeats", 1);
+  if (!repeats) return unexpected(repeats.error());
+  if (*repeats < 1 || *repeats > max_repeats)
+    return unexpected(bad_request(fmt::format("\"repeats\" must be between 1 and {}", max_repeats)));
+  const std::vector<std::string> wanted = a.value("outputs", std::vector<std::string>{});
+  const auto binary = binary_of(r);
+  if (!a.contains("cubin") && !a.contains("module_key"))
+    return unexpected(bad_request("run needs \"cubin\" or \"module_key\""));
+
+  auto ctx = w.context();
+  if (!ctx) return unexpected(from(ctx.error()));
+  auto mod = acquire_module(w, **ctx, a, binary, "run");
+  if (!mod) return unexpected(mod.error());
   auto plan = parse_plan(a["plan"].get<std::string>());
   if (!plan) return unexpected(failure{"invalid_plan", plan.error().what()});
-  auto resolved = resolve(*plan, *t, shape, ctx->info().limits);
+  auto resolved = resolve(*plan, *t, *shape, (*ctx)->info().limits);
   if (!resolved) return unexpected(failure{"invalid_plan", resolved.error().what()});
-  auto mod = ctx->load_module(binary.subspan(cubin.offset, cubin.length));
-  if (!mod) return unexpected(from(mod.error()));
 
-  std::vector<named_buffer> inputs, outputs;
-  buffer_pointers pointers;
-  const json given = a.value("inputs", json::array());
-  for (const auto& spec : t->inputs) {
-    auto it = std::find_if(given.begin(), given.end(), [&](const json& g) { return g.value("name", "") == spec.name; });
-    if (it == given.end()) return unexpected(failure{"invalid_request", fmt::format("input '{}' was not sent", spec.name)});
-    slice s;
-    if (auto f = read_slice(*it, binary.size(), "input " + spec.name, s)) return unexpected(*f);
-    auto bytes = tensor_bytes(spec, shape);
-    if (!bytes) return unexpected(bytes.error());
-    if (s.length != *bytes)
-      return unexpected(failure{"invalid_request", fmt::format("input '{}' has {} bytes; the task's shape needs {}",
-                                                               spec.name, s.length, *bytes)});
-    auto b = ctx->allocate(*bytes, {.guard_bytes = guard});
-    if (!b) return unexpected(from(b.error()));
-    inputs.push_back({spec.name, std::move(*b), binary.subspan(s.offset, s.length)});
-  }
-  for (const auto& spec : t->outputs) {
-    auto bytes = tensor_bytes(spec, shape);
-    if (!bytes) return unexpected(bytes.error());
-    auto b = ctx->allocate(*bytes, {.guard_bytes = guard});
-    if (!b) return unexpected(from(b.error()));
-    outputs.push_back({spec.name, std::move(*b), {}});
-  }
-  for (auto& in : inputs) {
-    if (auto e = in.buffer.fill_guards(guard_pattern); !e) return unexpected(from(e.error()));
-    if (auto e = in.buffer.upload(in.uploaded); !e) return unexpected(from(e.error()));
-    pointers[in.name] = in.buffer.pointer();
-  }
-  for (auto& out : outputs) {
-    if (auto e = out.buffer.fill_guards(guard_pattern); !e) return unexpected(from(e.error()));
-    if (auto e = out.buffer.fill(poison); !e) return unexpected(from(e.error()));
-    pointers[out.name] = out.buffer.pointer();
-  }
+  auto io = io_set::allocate(**ctx, *t, *shape, guard, guard_pattern, poison);
+  if (!io) return unexpected(io.error());
+  if (auto l = load_inputs(*io, *t, a.value("inputs", json::array()), binary); !l) return unexpected(l.error());
+  // The poison sources and inputs went through the legacy stream; the poison
+  // copies are queued on the context's own.
+  if (auto s = io->settle(); !s) return unexpected(s.error());
+  const auto pointers = io->pointers();
+  // Prepared once for every repeat: scratch is reset and, for a cubin with
+  // writable globals, the module reloaded before each run.
+  auto prepared = prepared_plan::prepare(**ctx, *resolved, (*mod)->mod, pointers, (*mod)->fresh_cubin);
+  if (!prepared) return unexpected(from(prepared.error()));
+  auto& state = context_access::state(**ctx);
 
-  auto ran = ctx->run_plan(*resolved, *mod, pointers, deadline);
-  if (!ran) return unexpected(from(ran.error()));
-
-  bool guards_intact = true, inputs_intact = true;
-  json broken = json::array();
-  for (auto* list : {&inputs, &outputs})
-    for (auto& nb : *list) {
-      auto g = nb.buffer.read_guards();
-      if (!g) return unexpected(from(g.error()));
-      if (!all_equal((*g)[0], guard_pattern) || !all_equal((*g)[1], guard_pattern)) {
-        guards_intact = false;
-        broken.push_back(nb.name);
-      }
-    }
-  json changed = json::array();
-  for (auto& in : inputs) {
-    auto now = in.buffer.download();
-    if (!now) return unexpected(from(now.error()));
-    if (now->size() != in.uploaded.size() || std::memcmp(now->data(), in.uploaded.data(), now->size()) != 0) {
-      inputs_intact = false;
-      changed.push_back(in.name);
-    }
+  json runs = json::array();
+  for (std::uint64_t i = 0; i < *repeats; ++i) {
+    // Guards are filled again before every run, so each run reports its own
+    // writes out of bounds; inputs are compared with what was uploaded first.
+    if (auto g = io->fill_guards(); !g) return unexpected(g.error());
+    if (auto l = prepared->reload(); !l) return unexpected(from(l.error()));
+    if (auto p = io->poison_outputs_async(); !p) return unexpected(p.error());
+    if (auto z = prepared->reset_scratch_async(); !z) return unexpected(from(z.error()));
+    // The guard fills went through the legacy stream, which the context's
+    // non-blocking stream does not wait for.
+    if (auto r = state.check(state.api->cuCtxSynchronize(), runtime_error::kind::internal,
+                             "cuCtxSynchronize before the plan");
+        !r)
+      return unexpected(from(r.error()));
+    auto ran = prepared->timed_run(std::chrono::steady_clock::now() + *deadline, *deadline);
+    if (!ran) return unexpected(from(ran.error()));
+    auto checked = io->check();
+    if (!checked) return unexpected(checked.error());
+    auto listed = io->append_outputs(wanted, out_binary);
+    if (!listed) return unexpected(listed.error());
+    json entry = {{"elapsed_ms", *ran}};
+    put_check(entry, *checked);
+    entry["outputs"] = std::move(*listed);
+    runs.push_back(std::move(entry));
   }
-  std::vector<std::string> wanted = a.value("outputs", std::vector<std::string>{});
-  if (wanted.empty())
-    for (const auto& o : outputs) wanted.push_back(o.name);
-  json listed = json::array();
-  for (const auto& name : wanted) {
-    auto it = std::find_if(outputs.begin(), outputs.end(), [&](const named_buffer& o) { return o.name == name; });
-    if (it == outputs.end())
-      return unexpected(failure{"invalid_request", fmt::format("output '{}' is not an output of the task", name)});
-    auto bytes = it->buffer.download();
-    if (!bytes) return unexpected(from(bytes.error()));
-    listed.push_back({{"name", name}, {"offset", out_binary.size()}, {"length", bytes->size()}});
-    out_binary.append(reinterpret_cast<const char*>(bytes->data()), bytes->size());
-  }
-  return json{{"ok", true},
-              {"elapsed_ms", ran->elapsed_ms},
-              {"guards_intact", guards_intact},
-              {"guards_broken", broken},
-              {"inputs_intact", inputs_intact},
-              {"inputs_changed", changed},
-              {"outputs", listed},
-              {"device", {{"index", device}, {"name", ctx->info().name}, {"arch", ctx->info().arch}}}};
+  json result = runs[0];  // the first run's fields, as before repeats existed
+  result["ok"] = true;
+  result["runs"] = std::move(runs);
+  result["fresh_module_per_run"] = prepared->fresh_module_per_run();
+  result["device"] = device_json(**ctx);
+  return result;
 }
 
 }  // namespace
 
-run_outcome run_op(std::unique_ptr<gpu_context>& ctx, int device, const request& r) {
+run_outcome run_op(worker_state& w, const request& r) {
   std::string binary;
-  auto result = run(ctx, device, r, binary);
-  run_outcome out;
-  out.reply.ok = true;  // the worker answered; whether the run succeeded is in the result
-  if (result) {
-    out.reply.result = std::move(*result);
-    out.reply.binary = std::move(binary);
-  } else {
-    out.reply.result = failed(result.error());
+  expected<nlohmann::json, failure> result = unexpected(bad_request("run: no result"));
+  try {
+    result = run(w, r, binary);
+  } catch (const nlohmann::json::exception& e) {
+    result = unexpected(bad_request(fmt::format("run: a malformed argument: {}", e.what())));
   }
-  out.must_exit = ctx && !ctx->usable();
-  return out;
+  return {reply_from(std::move(result), std::move(binary)), w.must_exit()};
 }
 
 }  // namespace gpu::detail

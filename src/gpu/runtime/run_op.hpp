@@ -1,11 +1,11 @@
 #pragma once
-// The worker's "run" operation: one launch plan on fresh, guarded buffers.
-// The request and response layout is documented in docs/gpu-runtime.md.
+// The worker's "run" operation: one launch plan, run `repeats` times on
+// guarded buffers with poisoned outputs. The request and response layout is
+// documented in docs/gpu-runtime.md.
+#include "worker_state.hpp"
+
 #include <specgen/detail/config.hpp>
 #include <specgen/gpu/protocol.hpp>
-#include <specgen/gpu/runtime.hpp>
-
-#include <memory>
 
 SPECGEN_BEGIN_NAMESPACE
 namespace gpu::detail {
@@ -16,8 +16,8 @@ struct run_outcome {
   bool must_exit = false;
 };
 
-/// Runs request `r` on GPU `device`, creating `ctx` on first use.
-run_outcome run_op(std::unique_ptr<gpu_context>& ctx, int device, const request& r);
+/// Runs request `r` on the worker's GPU, creating its context on first use.
+run_outcome run_op(worker_state& w, const request& r);
 
 }  // namespace gpu::detail
 SPECGEN_END_NAMESPACE

@@ -2,17 +2,24 @@
 // untrusted kernels never run in the host process (docs/worker-protocol.md).
 //
 // Built with the GPU runtime (CUDA Toolkit headers found), it answers "run"
-// (docs/gpu-runtime.md); validate/profile/load arrive later.
+// and "profile" (docs/gpu-runtime.md); validation itself is the host's
+// (it compares the outputs of "run").
 #include "serve.hpp"
 
-#ifdef SPECGEN_WORKER_WITH_RUNTIME
-#include "../runtime/run_op.hpp"
+#include <cstdlib>
 
-#include <memory>
+#ifdef SPECGEN_WORKER_WITH_RUNTIME
+#include "../runtime/profile_op.hpp"
+#include "../runtime/run_op.hpp"
+#include "../runtime/worker_state.hpp"
 #endif
 
 int main() {
   using namespace specgen::gpu;
+  // Kernels load with their module, not at their first launch (CUDA 12.2+
+  // loads lazily by default), so no timed sample pays for a load. Set before
+  // the driver is initialised; an explicit setting is kept.
+  ::setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   const int index = detail::requested_device();
 #ifdef SPECGEN_WORKER_WITH_RUNTIME
   // The device is described, not opened: the context is made by the first
@@ -21,27 +28,33 @@ int main() {
   if (auto d = query_device(index)) {
     device["name"] = d->name;
     device["arch"] = d->arch;
+    device["multiprocessors"] = d->multiprocessors;
+    device["l2_bytes"] = d->l2_bytes;
+    device["memory_bytes"] = d->memory_bytes;
+    device["peak_dram_gbps"] = d->peak_dram_gbps;
+    device["pci_bus_id"] = d->pci_bus_id;
   } else {
     device["name"] = "none";
     device["error"] = d.error().message;
   }
-  std::unique_ptr<gpu_context> ctx;
-  constexpr const char* known = "echo, run, validate, profile, load";
+  detail::worker_state state(index);  // the context and the loaded modules, kept between requests
+  constexpr const char* known = "echo, run, profile";
 #else
   nlohmann::json device = {{"index", index}, {"name", "none (built without the GPU runtime)"}};
-  constexpr const char* known = "echo, validate, profile, load";
+  constexpr const char* known = "echo";
 #endif
   if (!detail::send_hello(device)) return 0;
   return detail::serve(detail::exiting_request_handler([&](const request& r) -> detail::handled {
     if (r.op == "echo") return {{.ok = true, .result = r.args, .error = {}, .binary = r.binary}};
 #ifdef SPECGEN_WORKER_WITH_RUNTIME
-    if (r.op == "run") {
-      auto out = detail::run_op(ctx, index, r);
+    if (r.op == "run" || r.op == "profile") {
+      auto out = r.op == "run" ? detail::run_op(state, r) : detail::profile_op(state, r);
       return {std::move(out.reply), out.must_exit};
     }
 #endif
-    if (r.op == "validate" || r.op == "profile" || r.op == "load")
-      return {{.ok = false, .result = {}, .error = fmt::format("\"{}\" is not implemented in this build", r.op), .binary = {}}};
-    return {{.ok = false, .result = {}, .error = fmt::format("unknown op \"{}\"; this worker knows {}", r.op, known), .binary = {}}};
+    return {{.ok = false,
+             .result = {},
+             .error = fmt::format("unknown op \"{}\": not implemented in this build; this worker knows {}", r.op, known),
+             .binary = {}}};
   }));
 }

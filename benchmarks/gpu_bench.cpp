@@ -1,0 +1,477 @@
+// specgen-bench's GPU subcommands (issue 3): the evaluator on real GPUs.
+//
+//   gpu-latency  per-candidate cost of compile (cold and cached), validation
+//                and profiling; candidates per second per GPU, serially and
+//                through evaluate_batch
+//   gpu-spread   one kernel profiled again and again: how far its medians move
+//   gpu-cupti    event timing against CUPTI's kernel durations
+//   gpu-respawn  a faulting kernel, then the time until the worker serves again
+//
+// Stage times are wall times measured here, around the synchronous
+// device_session calls (steady_clock); the API reports no per-stage split.
+// Without a GPU every subcommand prints "no GPU: <reason>" and exits 0.
+#include "support/args.hpp"
+
+#include <specgen/gpu/evaluation.hpp>
+#include <specgen/gpu/runtime.hpp>
+#include <specgen/task_io.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#ifndef SPECGEN_TASKS_DIR
+#define SPECGEN_TASKS_DIR "tasks/examples"
+#endif
+
+namespace specgen::bench {
+namespace {
+
+using steady = std::chrono::steady_clock;
+double since(steady::time_point t0) { return std::chrono::duration<double>(steady::now() - t0).count(); }
+
+/// Linear interpolation between order statistics (q in [0, 1]).
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+
+/// The number of GPUs, or nothing after printing why there are none.
+std::optional<int> gpus_or_explain() {
+  auto n = gpu::device_count();
+  if (n && *n > 0) return *n;
+  fmt::print("no GPU: {}\n", n ? "the driver reports no devices" : n.error().message);
+  return std::nullopt;
+}
+
+/// A fresh directory for a cold compile cache, removed at the end.
+struct temp_dir {
+  std::filesystem::path path;
+  explicit temp_dir(std::string_view tag)
+      : path(std::filesystem::temp_directory_path() /
+             fmt::format("specgen-bench-{}-{}-{}", tag, ::getpid(), steady::now().time_since_epoch().count())) {
+    std::filesystem::create_directories(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+};
+
+std::vector<task> load_tasks(const programs::args& a) {
+  const std::string dir = a.get("tasks", SPECGEN_TASKS_DIR);
+  auto suite = load_suite(dir);
+  if (!suite) throw std::invalid_argument(suite.error().what());
+  std::vector<task> out;
+  for (auto& t : *suite)
+    if (!a.has("task") || t.name == a.get("task")) out.push_back(std::move(t));
+  if (out.empty()) throw std::invalid_argument(fmt::format("no task '{}' in {}", a.get("task"), dir));
+  return out;
+}
+
+/// A level-1-sized kernel: one of a task's own implementations, or a block
+/// size variant of one (every "256" of the plan replaced consistently).
+struct kernel {
+  std::string label;
+  implementation impl;
+};
+std::vector<kernel> kernels_of(const task& t) {
+  std::vector<kernel> out;
+  auto add = [&](const std::string& label, const implementation& impl) {
+    if (impl.is_host()) return;
+    out.push_back({label, impl});
+    if (impl.plan.find("256") == std::string::npos) return;
+    for (const char* block : {"128", "512"}) {
+      implementation v = impl;
+      for (auto p = v.plan.find("256"); p != std::string::npos; p = v.plan.find("256", p + 3)) v.plan.replace(p, 3, block);
+      out.push_back({fmt::format("{}/block{}", label, block), v});
+    }
+  };
+  add("reference", t.reference);
+  if (t.baseline != t.reference) add("baseline", t.baseline);
+  return out;
+}
+
+/// A candidate for `impl` whose source is unique to `salt`, so its compile is really cold.
+candidate make_candidate(const task& t, const implementation& impl, std::uint64_t id, std::uint64_t salt) {
+  return {.id = id,
+          .task = t.name,
+          .source = salt ? fmt::format("#define SPECGEN_BENCH_SALT {}\n{}", salt, impl.source) : impl.source,
+          .plan = impl.plan};
+}
+
+gpu::session_config session_for(int device, const std::string& cache_dir) {
+  gpu::session_config c;
+  c.device = device;
+  c.compiler_settings.cache_dir = cache_dir;
+  return c;
+}
+
+std::unique_ptr<gpu::device_session> open_session(const gpu::session_config& c) {
+  auto s = gpu::device_session::open(c);
+  if (!s) throw std::runtime_error(fmt::format("cannot open a session on GPU {}: {}", c.device, s.error().message));
+  return std::move(*s);
+}
+
+nlohmann::json device_json(const gpu::device_info& d, int gpus) {
+  return {{"name", d.name}, {"arch", d.arch}, {"index", d.index}, {"visible_gpus", gpus}};
+}
+
+void write_json(const programs::args& a, const nlohmann::json& j) {
+  if (!a.has("json")) return;
+  std::ofstream f(a.get("json"));
+  f << j.dump(2) << '\n';
+  if (!f) throw std::runtime_error(fmt::format("cannot write {}", a.get("json")));
+  fmt::print("wrote {}\n", a.get("json"));
+}
+
+std::string verdict_text(const verdict& v) {
+  return v.kind == verdict_kind::ok ? "ok" : fmt::format("{} ({})", to_string(v.kind), v.summary);
+}
+
+// ---- gpu-latency -----------------------------------------------------------------------
+
+int bench_latency(const programs::args& a) {
+  const auto tasks = load_tasks(a);
+  const int reps = a.number<int>("reps", 3);
+  if (reps < 1) throw std::invalid_argument("--reps must be at least 1");
+  const auto gpus = gpus_or_explain();
+  if (!gpus) return 0;
+  const int device = a.number<int>("device", 0);
+
+  temp_dir cold("latency");
+  auto s = open_session(session_for(device, cold.path.string()));
+  fmt::print("specgen-bench gpu-latency: {} ({}), {} task(s) x their kernels x {} rep(s); cold cache {}\n",
+             s->device().name, s->device().arch, tasks.size(), reps, cold.path.string());
+
+  // The first evaluation of a task computes its reference outputs (kept for
+  // the rest of the search): done once per task here, outside the timings.
+  nlohmann::json warmups = nlohmann::json::object();
+  for (const auto& t : tasks) {
+    const auto t0 = steady::now();
+    const evaluation e = s->evaluate(t, make_candidate(t, t.reference, 0, 0));
+    warmups[t.name] = {{"seconds", since(t0)}, {"verdict", to_string(e.result.kind)}};
+    if (e.result.kind != verdict_kind::ok)
+      throw std::runtime_error(fmt::format("{}: the reference itself fails: {}", t.name, verdict_text(e.result)));
+  }
+
+  struct row {
+    std::string name{}, verdict{};
+    double cold = 0, cached = 0, validate = 0, profile = 0, total = 0, nvrtc = 0, median_us = 0;
+    bool cold_hit = false;
+  };
+  std::vector<row> rows;
+  std::uint64_t salt = 1;
+  fmt::print("\n{:<32} {:>8} {:>8} {:>10} {:>9} {:>8} {:>10}  {}\n", "candidate", "cold s", "cached s", "validate s",
+             "profile s", "total s", "median us", "verdict");
+  for (const auto& t : tasks)
+    for (const auto& k : kernels_of(t))
+      for (int r = 0; r < reps; ++r) {
+        const candidate c = make_candidate(t, k.impl, salt, salt);
+        ++salt;
+        row w{.name = fmt::format("{}/{}#{}", t.name, k.label, r)};
+        auto t0 = steady::now();
+        const gpu::compile_outcome built = s->compile(t, c);
+        w.cold = since(t0);
+        if (built.binary) {
+          w.nvrtc = built.binary->seconds;
+          w.cold_hit = built.binary->cache_hit;
+        }
+        t0 = steady::now();
+        (void)s->compile(t, c);
+        w.cached = since(t0);
+        verdict v = built.result;
+        if (v.kind == verdict_kind::ok) {
+          t0 = steady::now();
+          v = s->validate(t, c);
+          w.validate = since(t0);
+        }
+        if (v.kind == verdict_kind::ok) {
+          t0 = steady::now();
+          const evaluation e = s->profile(t, c);
+          w.profile = since(t0);
+          v = e.result;
+          if (e.timing) w.median_us = e.timing->median_us;
+        }
+        w.verdict = verdict_text(v);
+        w.total = w.cold + w.validate + w.profile;
+        fmt::print("{:<32} {:>8.3f} {:>8.4f} {:>10.3f} {:>9.3f} {:>8.3f} {:>10.1f}  {}{}\n", w.name, w.cold, w.cached,
+                   w.validate, w.profile, w.total, w.median_us, w.verdict, w.cold_hit ? " (compile was a cache hit!)" : "");
+        rows.push_back(std::move(w));
+      }
+
+  auto column = [&](double row::*field) {
+    std::vector<double> v;
+    for (const auto& r : rows) v.push_back(r.*field);
+    return v;
+  };
+  const std::vector<std::pair<std::string, double row::*>> stages{{"compile_cold", &row::cold},
+                                                                  {"compile_nvrtc", &row::nvrtc},
+                                                                  {"compile_cached", &row::cached},
+                                                                  {"load_validate", &row::validate},
+                                                                  {"profile", &row::profile},
+                                                                  {"total", &row::total}};
+  nlohmann::json stage_json = nlohmann::json::object();
+  fmt::print("\n{:<16} {:>10} {:>10}   over {} candidates\n", "stage (s)", "median", "p90", rows.size());
+  for (const auto& [name, field] : stages) {
+    const auto v = column(field);
+    stage_json[name] = {{"median", median(v)}, {"p90", quantile(v, 0.9)}};
+    fmt::print("{:<16} {:>10.4f} {:>10.4f}\n", name, median(v), quantile(v, 0.9));
+  }
+  double serial_seconds = 0;
+  for (const auto& r : rows) serial_seconds += r.total;
+  const double serial_rate = static_cast<double>(rows.size()) / serial_seconds;
+
+  // The same candidates (salted anew, cold cache again) through evaluate_batch on every GPU.
+  temp_dir cold2("latency-batch");
+  gpu::pool_config pool;
+  pool.session = session_for(0, cold2.path.string());
+  double batch_seconds = 0;
+  std::size_t batch_candidates = 0;
+  for (const auto& t : tasks) {
+    std::vector<candidate> cs;
+    for (const auto& k : kernels_of(t))
+      for (int r = 0; r < reps; ++r, ++salt) cs.push_back(make_candidate(t, k.impl, salt, salt));
+    const auto t0 = steady::now();
+    auto evals = gpu::evaluate_batch(pool, t, cs);
+    batch_seconds += since(t0);
+    if (!evals) throw std::runtime_error(fmt::format("evaluate_batch: {}", evals.error().message));
+    batch_candidates += cs.size();
+  }
+  const double batch_rate = static_cast<double>(batch_candidates) / batch_seconds;
+  const double target = 0.3, med_total = median(column(&row::total));
+
+  fmt::print("\nserially on GPU {}: {:.2f} candidates/s\n", device, serial_rate);
+  fmt::print("evaluate_batch on {} GPU(s): {:.2f} candidates/s, {:.2f} per GPU (one batch per task; each starts its "
+             "pool and computes its reference outputs)\n",
+             *gpus, batch_rate, batch_rate / *gpus);
+  fmt::print("target: median evaluation (cold compile + validation on all shapes + profiling) <= {:.1f} s: {:.3f} s, "
+             "{}\n",
+             target, med_total, med_total <= target ? "met" : "missed");
+
+  nlohmann::json cands = nlohmann::json::array();
+  for (const auto& r : rows)
+    cands.push_back({{"name", r.name}, {"verdict", r.verdict}, {"compile_cold_s", r.cold}, {"compile_nvrtc_s", r.nvrtc},
+                     {"compile_cold_was_hit", r.cold_hit}, {"compile_cached_s", r.cached}, {"load_validate_s", r.validate},
+                     {"profile_s", r.profile}, {"total_s", r.total}, {"median_us", r.median_us}});
+  write_json(a, {{"benchmark", "gpu-latency"},
+                 {"method", "wall time around device_session::compile/validate/profile (steady_clock); reference "
+                            "outputs computed before timing; salted sources, fresh cache dir"},
+                 {"device", device_json(s->device(), *gpus)},
+                 {"reps", reps},
+                 {"reference_warmup", warmups},
+                 {"candidates", cands},
+                 {"stages", stage_json},
+                 {"serial", {{"candidates", rows.size()}, {"seconds", serial_seconds}, {"candidates_per_second_per_gpu", serial_rate}}},
+                 {"batch", {{"gpus", *gpus}, {"candidates", batch_candidates}, {"seconds", batch_seconds},
+                            {"candidates_per_second", batch_rate}, {"candidates_per_second_per_gpu", batch_rate / *gpus}}},
+                 {"target", {{"median_total_s_max", target}, {"median_total_s", med_total}, {"met", med_total <= target}}}});
+  return 0;
+}
+
+// ---- gpu-spread ------------------------------------------------------------------------
+
+int bench_spread(const programs::args& a) {
+  const auto tasks = load_tasks(a);
+  const int runs = a.number<int>("runs", 20);
+  if (runs < 2) throw std::invalid_argument("--runs must be at least 2");
+  const auto gpus = gpus_or_explain();
+  if (!gpus) return 0;
+  auto s = open_session(session_for(a.number<int>("device", 0), ""));
+  fmt::print("specgen-bench gpu-spread: {} ({}), each task's baseline profiled {} times as a candidate\n\n",
+             s->device().name, s->device().arch, runs);
+  fmt::print("{:<12} {:>12} {:>10} {:>10} {:>11} {:>13}  {}\n", "task", "median us", "min us", "max us", "range/med",
+             "med speedup", "within 1%");
+  const double target = 0.01;
+  nlohmann::json out = nlohmann::json::array();
+  bool all_met = true;
+  for (const auto& t : tasks) {
+    if (t.baseline.is_host()) continue;
+    const candidate c = make_candidate(t, t.baseline, 1, 0);
+    std::vector<double> medians, baseline_medians, speedups;
+    for (int r = 0; r < runs; ++r) {
+      const evaluation e = s->profile(t, c);
+      if (!e.timing) throw std::runtime_error(fmt::format("{}: {}", t.name, verdict_text(e.result)));
+      medians.push_back(e.timing->median_us);
+      baseline_medians.push_back(e.timing->baseline_median_us);
+      speedups.push_back(e.timing->speedup);
+    }
+    const double med = median(medians), lo = *std::min_element(medians.begin(), medians.end()),
+                 hi = *std::max_element(medians.begin(), medians.end()), rel = (hi - lo) / med;
+    all_met = all_met && rel <= target;
+    fmt::print("{:<12} {:>12.2f} {:>10.2f} {:>10.2f} {:>10.2f}% {:>12.3f}x  {}\n", t.name, med, lo, hi, 100 * rel,
+               median(speedups), rel <= target ? "yes" : "no");
+    out.push_back({{"task", t.name}, {"runs", runs}, {"medians_us", medians}, {"baseline_medians_us", baseline_medians},
+                   {"speedups", speedups}, {"median_of_medians_us", med}, {"min_us", lo}, {"max_us", hi},
+                   {"range_over_median", rel}, {"met", rel <= target}});
+  }
+  fmt::print("\ntarget: (max - min) / median of {} fresh profiles within {:.0f}%: {}\n", runs, 100 * target,
+             all_met ? "met" : "missed");
+  write_json(a, {{"benchmark", "gpu-spread"},
+                 {"method", "device_session::profile called again for the same candidate (the task's baseline, so the "
+                            "speedup should be 1); default profile_config"},
+                 {"device", device_json(s->device(), *gpus)},
+                 {"tasks", out},
+                 {"target", {{"range_over_median_max", target}, {"met", all_met}}}});
+  return 0;
+}
+
+// ---- gpu-cupti -------------------------------------------------------------------------
+
+/// (CUPTI kernel time - event time) / event time, medians over the CUPTI
+/// pass's runs, as the profiler reports it; nothing when CUPTI did not run.
+std::optional<double> event_vs_cupti(const measurement& m) {
+  if (auto it = m.metrics.find("event_vs_cupti"); it != m.metrics.end()) return it->second;
+  return std::nullopt;
+}
+
+int bench_cupti(const programs::args& a) {
+  const auto tasks = load_tasks(a);
+  const auto gpus = gpus_or_explain();
+  if (!gpus) return 0;
+  auto s = open_session(session_for(a.number<int>("device", 0), ""));
+  fmt::print("specgen-bench gpu-cupti: {} ({}), event timing vs CUPTI kernel durations\n\n", s->device().name,
+             s->device().arch);
+  fmt::print("{:<32} {:>10} {:>13}  {}\n", "kernel", "median us", "CUPTI - event", "within 2%");
+  const double target = 0.02;
+  nlohmann::json out = nlohmann::json::array();
+  bool all_met = true, any = false;
+  for (const auto& t : tasks)
+    for (const auto& k : kernels_of(t)) {
+      const evaluation e = s->profile(t, make_candidate(t, k.impl, 1, 0));
+      const std::string name = fmt::format("{}/{}", t.name, k.label);
+      if (!e.timing) throw std::runtime_error(fmt::format("{}: {}", name, verdict_text(e.result)));
+      const auto d = event_vs_cupti(*e.timing);
+      if (d) {
+        any = true;
+        all_met = all_met && std::abs(*d) <= target;
+      }
+      fmt::print("{:<32} {:>10.2f} {:>13}  {}\n", name, e.timing->median_us,
+                 d ? fmt::format("{:+.2f}%", 100 * *d) : "-", d ? (std::abs(*d) <= target ? "yes" : "no") : "not reported");
+      nlohmann::json metrics(e.timing->metrics);
+      out.push_back({{"kernel", name}, {"median_us", e.timing->median_us},
+                     {"event_vs_cupti", d ? nlohmann::json(*d) : nlohmann::json(nullptr)}, {"metrics", metrics}});
+    }
+  if (any)
+    fmt::print("\ntarget: event and CUPTI timings within {:.0f}%: {}\n", 100 * target, all_met ? "met" : "missed");
+  else
+    fmt::print("\nthe profiler reported no event-vs-CUPTI comparison (measurement.metrics[\"event_vs_cupti\"]); "
+               "CUPTI may be unavailable here\n");
+  write_json(a, {{"benchmark", "gpu-cupti"},
+                 {"method", "device_session::profile with cupti_check on; measurement.metrics[\"event_vs_cupti\"]"},
+                 {"device", device_json(s->device(), *gpus)},
+                 {"kernels", out},
+                 {"target", {{"relative_difference_max", target}, {"met", any && all_met}}}});
+  return 0;
+}
+
+// ---- gpu-respawn -----------------------------------------------------------------------
+
+constexpr const char* faulting_vector_add = R"cu(
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) *reinterpret_cast<volatile float*>(0x8) = a[i] + b[i];  // illegal address
+}
+)cu";
+
+int bench_respawn(const programs::args& a) {
+  const auto tasks = load_tasks(a);
+  const auto it = std::find_if(tasks.begin(), tasks.end(), [](const task& t) { return t.name == "vector_add"; });
+  if (it == tasks.end()) throw std::invalid_argument("gpu-respawn needs the vector_add task (--tasks DIR)");
+  const task& t = *it;
+  const int runs = a.number<int>("runs", 10);
+  if (runs < 1) throw std::invalid_argument("--runs must be at least 1");
+  const auto gpus = gpus_or_explain();
+  if (!gpus) return 0;
+
+  // One case, one repeat: the next call is a short validation, so its time is mostly the new worker.
+  auto cfg = session_for(a.number<int>("device", 0), "");
+  cfg.validation.cases = {{.seed = 1}};
+  cfg.validation.repeats = 1;
+  auto s = open_session(cfg);
+  const candidate good = make_candidate(t, t.reference, 1, 0);
+  candidate bad = good;
+  bad.id = 2;
+  bad.source = faulting_vector_add;
+  if (const verdict v = s->validate(t, good); v.kind != verdict_kind::ok)  // warm: references, modules
+    throw std::runtime_error("the reference fails: " + verdict_text(v));
+  auto t0 = steady::now();
+  (void)s->validate(t, good);
+  const double steady_call = since(t0);
+  fmt::print("specgen-bench gpu-respawn: {} ({}), {} faults; a validation call without a fault takes {:.3f} s\n\n",
+             s->device().name, s->device().arch, runs, steady_call);
+  fmt::print("{:>4} {:<8} {:>12} {:>12} {:>12}\n", "run", "verdict", "fault call s", "respawn s", "next call s");
+
+  std::vector<double> fault_calls, respawns, next_calls;
+  bool all_faulted = true;
+  for (int r = 0; r < runs; ++r) {
+    const auto before = s->stats().worker.respawns;
+    t0 = steady::now();
+    const verdict v = s->validate(t, bad);
+    fault_calls.push_back(since(t0));
+    t0 = steady::now();
+    const verdict next = s->validate(t, good);
+    next_calls.push_back(since(t0));
+    if (next.kind != verdict_kind::ok) throw std::runtime_error("after the fault: " + verdict_text(next));
+    const auto st = s->stats().worker;
+    respawns.push_back(st.last_respawn_seconds);
+    all_faulted = all_faulted && v.kind == verdict_kind::fault && st.respawns > before;
+    fmt::print("{:>4} {:<8} {:>12.3f} {:>12.3f} {:>12.3f}\n", r + 1, to_string(v.kind), fault_calls.back(),
+               respawns.back(), next_calls.back());
+  }
+  const double target = 1.0, worst = *std::max_element(respawns.begin(), respawns.end()),
+               worst_next = *std::max_element(next_calls.begin(), next_calls.end());
+  const bool met = all_faulted && worst <= target && worst_next <= target;
+  fmt::print("\nrespawn (failure detected -> new worker's hello): median {:.3f} s, max {:.3f} s\n", median(respawns),
+             worst);
+  fmt::print("next successful call after a fault: median {:.3f} s, max {:.3f} s (without a fault: {:.3f} s)\n",
+             median(next_calls), worst_next, steady_call);
+  fmt::print("target: worker ready again within {:.0f} s: {}{}\n", target, met ? "met" : "missed",
+             all_faulted ? "" : " (not every run faulted and respawned)");
+  write_json(a, {{"benchmark", "gpu-respawn"},
+                 {"method", "device_session::validate of an illegal-address kernel, then of a correct one; "
+                            "worker_stats.last_respawn_seconds and steady_clock wall times; 1 case x 1 repeat"},
+                 {"device", device_json(s->device(), *gpus)},
+                 {"runs", runs},
+                 {"call_without_fault_s", steady_call},
+                 {"fault_call_s", fault_calls},
+                 {"respawn_s", respawns},
+                 {"next_call_s", next_calls},
+                 {"all_faulted_and_respawned", all_faulted},
+                 {"target", {{"seconds_max", target}, {"max_respawn_s", worst}, {"max_next_call_s", worst_next}, {"met", met}}}});
+  return 0;
+}
+
+}  // namespace
+
+/// Runs `specgen-bench gpu-...`; argv[1] is the subcommand.
+int run_gpu_bench(int argc, char** argv) {
+  const std::string_view cmd = argv[1];
+  const programs::args a(argc, argv, {"json", "tasks", "task", "reps", "runs", "device"}, {"help"}, 2);
+  if (cmd == "gpu-latency") return bench_latency(a);
+  if (cmd == "gpu-spread") return bench_spread(a);
+  if (cmd == "gpu-cupti") return bench_cupti(a);
+  if (cmd == "gpu-respawn") return bench_respawn(a);
+  throw std::invalid_argument(fmt::format("unknown benchmark '{}'", cmd));
+}
+
+}  // namespace specgen::bench

@@ -1,0 +1,760 @@
+// device_session: one GPU driven through its worker. The validator and the
+// profiler's decisions live here; the kernels run in the worker, every
+// comparison that decides a verdict runs in this process.
+#include "internal.hpp"
+
+#include <specgen/gpu/evaluation.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#ifndef SPECGEN_DEFAULT_WORKER
+#define SPECGEN_DEFAULT_WORKER "specgen-worker"
+#endif
+
+SPECGEN_BEGIN_NAMESPACE
+namespace gpu {
+
+using namespace eval_detail;
+
+namespace {
+
+/// Per-launch allowance (µs) for the gap between the events and the kernels
+/// CUPTI sees: launch latency of an empty stream, measured at 3-8 µs.
+constexpr double launch_allowance_us = 10.0;
+
+verdict make(verdict_kind k, std::string summary, std::string log = {}) {
+  return verdict{.kind = k, .summary = std::move(summary), .log = std::move(log), .mismatch = {}};
+}
+
+verdict nonsense(std::string_view what, std::string_view why) {
+  return make(verdict_kind::fault, fmt::format("the worker answered nonsense while {}", what), std::string(why));
+}
+
+std::string distribution_text(std::optional<distribution> d) {
+  return d ? fmt::format("{} float inputs", to_string(*d)) : std::string("the inputs' own inits");
+}
+
+double millis(duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+std::string megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
+
+/// A number field, or nullopt.
+std::optional<double> number(const json& j, const char* field) {
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find(field);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+/// Timing statistics of one side of a profile: {"samples_us", "median_us", "noise", "spread"}.
+struct timing_side {
+  std::vector<double> samples_us;
+  double median_us = 0, noise = 0, spread = 0;
+};
+
+expected<timing_side, std::string> decode_side(const json& j, std::string_view who) {
+  if (!j.is_object()) return unexpected(fmt::format("\"{}\" is not an object", who));
+  timing_side s;
+  auto samples = j.find("samples_us");
+  if (samples == j.end() || !samples->is_array() || samples->empty())
+    return unexpected(fmt::format("\"{}.samples_us\" is missing or empty", who));
+  for (const auto& v : *samples) {
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+      return unexpected(fmt::format("\"{}.samples_us\" holds something other than a non-negative time", who));
+    s.samples_us.push_back(v.get<double>());
+  }
+  auto m = number(j, "median_us");
+  if (!m || *m <= 0) return unexpected(fmt::format("\"{}.median_us\" is missing or not positive", who));
+  s.median_us = *m;
+  s.noise = number(j, "noise").value_or(0);
+  s.spread = number(j, "spread").value_or(0);
+  return s;
+}
+
+}  // namespace
+
+std::string find_worker_program(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  if (const char* env = std::getenv("SPECGEN_WORKER"); env && *env) return env;
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto beside = self.parent_path() / "specgen-worker";
+    if (std::filesystem::is_regular_file(beside, ec)) return beside.string();
+  }
+  return SPECGEN_DEFAULT_WORKER;
+}
+
+struct device_session::state {
+  session_config config;
+  device_info dev;
+  std::shared_ptr<compiler> comp;
+  std::shared_ptr<reference_cache> refs;
+  std::unique_ptr<worker_host> worker;
+
+  // Module keys the current worker has loaded (as far as this session knows).
+  std::set<std::string> loaded;
+  int loaded_pid = -1;
+
+  mutable std::mutex stats_mutex;
+  session_stats counters;
+
+  std::atomic<int> depth{0};
+  std::atomic<bool> cancel_flag{false};
+
+  /// Marks the outermost public call, so `cancel` knows something runs.
+  struct scope {
+    state& s;
+    explicit scope(state& st) : s(st) {
+      if (s.depth.fetch_add(1) == 0) s.cancel_flag = false;
+    }
+    ~scope() { s.depth.fetch_sub(1); }
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+  };
+
+  void count(std::uint64_t session_stats::*field) {
+    std::lock_guard lock(stats_mutex);
+    ++(counters.*field);
+  }
+
+  verdict cancelled(std::string_view what) const {
+    return make(verdict_kind::fault, fmt::format("cancelled while {}", what),
+                "the evaluation was cancelled; its worker was killed and replaced");
+  }
+
+  /// One worker call; every way it can fail becomes a verdict.
+  expected<std::shared_ptr<response>, verdict> call(request r, duration deadline, std::string_view what) {
+    if (cancel_flag) return unexpected(cancelled(what));
+    auto resp = worker->call(r, deadline);
+    if (cancel_flag) return unexpected(cancelled(what));
+    if (!resp) {
+      const worker_failure& f = resp.error();
+      switch (f.what) {
+        case worker_failure::kind::timeout:
+          return unexpected(make(verdict_kind::timeout,
+                                 fmt::format("no answer from the worker within {:.1f} s while {}; the worker was "
+                                             "killed and replaced",
+                                             to_seconds(deadline), what),
+                                 f.message));
+        case worker_failure::kind::crashed:
+          return unexpected(make(verdict_kind::fault, fmt::format("the worker crashed while {}", what), f.message));
+        case worker_failure::kind::protocol_error:
+          return unexpected(
+              make(verdict_kind::fault, fmt::format("the worker broke the protocol while {}", what), f.message));
+        case worker_failure::kind::cancelled: return unexpected(cancelled(what));
+        case worker_failure::kind::spawn_failed:
+          return unexpected(make(verdict_kind::fault, fmt::format("no worker could be started while {}", what),
+                                 f.message));
+      }
+    }
+    if (!resp->ok)
+      return unexpected(make(verdict_kind::fault, fmt::format("the worker refused \"{}\" while {}", r.op, what),
+                             resp->error));
+    return std::make_shared<response>(std::move(*resp));
+  }
+
+  /// After a fault or timeout the worker exits once it has answered: make
+  /// the host notice now (an echo to the dying worker fails and replaces
+  /// it), so the next candidate does not inherit the crash.
+  void settle_worker() {
+    (void)worker->call({.op = "echo", .args = json::object(), .binary = {}},
+                       config.worker.startup_timeout + seconds(2));
+    loaded.clear();
+  }
+
+  /// A failed run result ({"ok": false, "error_kind", ...}) as a verdict.
+  verdict run_error(const json& result, std::string_view what) {
+    auto text = [&](const char* f) {
+      auto it = result.find(f);
+      return it != result.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    const std::string kind = text("error_kind"), message = text("message"), cuda = text("cuda_error");
+    const std::string detail = cuda.empty() ? message : fmt::format("{} ({})", message, cuda);
+    if (kind == "fault") {
+      settle_worker();
+      return make(verdict_kind::fault, fmt::format("the kernel faulted while {}: {}", what, first_line(detail)), detail);
+    }
+    if (kind == "timeout") {
+      settle_worker();
+      return make(verdict_kind::timeout, fmt::format("the kernels missed their deadline while {}", what), detail);
+    }
+    if (kind == "launch_failed" || kind == "invalid_plan")
+      return make(verdict_kind::invalid_plan, fmt::format("{} ({})", first_line(detail), what), detail);
+    if (kind == "load_failed")
+      return make(verdict_kind::compile_error, fmt::format("the driver rejected the cubin: {}", first_line(detail)),
+                  detail);
+    if (kind == "out_of_memory")
+      return make(verdict_kind::fault, fmt::format("out of device memory while {}", what), detail);
+    if (kind.empty()) return nonsense(what, fmt::format("a failed result without an error_kind: {}", result.dump().substr(0, 300)));
+    return make(verdict_kind::fault, fmt::format("the worker could not run the plan ({}) while {}", kind, what), detail);
+  }
+
+  /// The worker's loaded-module set belongs to one process.
+  void track_worker() {
+    const int pid = worker->info().pid;
+    if (pid != loaded_pid) {
+      loaded.clear();
+      loaded_pid = pid;
+    }
+  }
+
+  struct run_answer {
+    std::shared_ptr<response> resp;  // the outputs point into its binary
+    std::vector<decoded_run> runs;
+  };
+
+  /// `run` op: `plan` on worker-generated inputs (seed, floats) at `shape`, `repeats` times.
+  expected<run_answer, verdict> run_plan(const task& t, const json& task_json, const shape_binding& shape,
+                                         std::uint64_t seed, std::optional<distribution> floats,
+                                         const std::string& plan, const compiled& binary, int repeats,
+                                         const std::vector<std::size_t>& output_bytes, std::string_view what) {
+    json inputs = json::array();
+    for (const auto& spec : t.inputs) {
+      json in{{"name", spec.name}, {"seed", seed}};
+      if (auto d = override_for(spec, floats)) in["distribution"] = to_string(*d);
+      inputs.push_back(std::move(in));
+    }
+    json args{{"task", task_json},
+              {"plan", plan},
+              {"shape", shape},
+              {"module_key", binary.key},
+              {"inputs", std::move(inputs)},
+              {"repeats", repeats},
+              {"guard", config.validation.guard_bytes},
+              {"deadline_ms", millis(config.validation.run_deadline)}};
+    const duration deadline = config.validation.run_deadline * repeats + config.call_margin;
+    track_worker();
+    bool with_cubin = !loaded.contains(binary.key);
+    for (int attempt = 0;; ++attempt) {
+      request r{.op = "run", .args = args, .binary = {}};
+      if (with_cubin) {
+        r.args["cubin"] = {{"offset", 0}, {"length", binary.cubin.size()}};
+        r.binary.assign(reinterpret_cast<const char*>(binary.cubin.data()), binary.cubin.size());
+      }
+      auto resp = call(std::move(r), deadline, what);
+      if (!resp) {
+        loaded.clear();
+        return unexpected(resp.error());
+      }
+      track_worker();
+      const json& result = (*resp)->result;
+      if (!result.is_object() || !result.contains("ok") || !result["ok"].is_boolean())
+        return unexpected(nonsense(what, fmt::format("the result is not {{\"ok\": bool, ...}}: {}",
+                                                     result.dump().substr(0, 300))));
+      if (!result["ok"].get<bool>()) {
+        const bool missing = result.value("error_kind", json()).is_string() &&
+                             result["error_kind"].get<std::string>() == "module_missing";
+        if (missing && attempt == 0) {
+          loaded.erase(binary.key);
+          with_cubin = true;
+          count(&session_stats::module_resends);
+          continue;
+        }
+        if (missing)
+          return unexpected(nonsense(what, "the worker asked for the module again after it was sent with the cubin"));
+        return unexpected(run_error(result, what));
+      }
+      loaded.insert(binary.key);
+      const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>((*resp)->binary.data()),
+                                           (*resp)->binary.size());
+      auto runs = decode_runs(result, bin, t, output_bytes, repeats);
+      if (!runs) return unexpected(nonsense(what, runs.error()));
+      return run_answer{*resp, std::move(*runs)};
+    }
+  }
+
+  expected<std::vector<std::size_t>, verdict> output_sizes(const task& t, const shape_binding& shape) {
+    std::vector<std::size_t> out;
+    for (const auto& o : t.outputs) {
+      auto b = tensor_bytes(o, shape);
+      if (!b) return unexpected(make(verdict_kind::fault, fmt::format("the task's output sizes fail at {}", shape_text(shape)),
+                                     "task: " + b.error().message));
+      out.push_back(*b);
+    }
+    return out;
+  }
+
+  /// Reference outputs for (t, shape, seed, floats): from the cache, else
+  /// computed by the host callback or by the reference plan on the worker.
+  expected<std::shared_ptr<const output_set>, verdict> reference(const task& t, const json& task_json,
+                                                                 std::uint64_t hash, const shape_binding& shape,
+                                                                 std::uint64_t seed,
+                                                                 std::optional<distribution> floats) {
+    const std::string key = reference_key(hash, shape, seed, floats);
+    if (auto hit = refs->find(key)) {
+      count(&session_stats::reference_hits);
+      return hit;
+    }
+    auto fail = [&](std::string why, std::string log) {
+      return unexpected(make(verdict_kind::fault,
+                             fmt::format("the task's reference failed at {}: {}", shape_text(shape), first_line(why)),
+                             "reference: " + (log.empty() ? why : why + "\n" + log)));
+    };
+    auto sizes = output_sizes(t, shape);
+    if (!sizes) return unexpected(sizes.error());
+    auto out = std::make_shared<output_set>();
+    if (t.reference.is_host()) {
+      auto fn = config.host_references.find(t.reference.host);
+      if (fn == config.host_references.end() || !fn->second)
+        return fail(fmt::format("no host reference named '{}' is registered in session_config::host_references",
+                                t.reference.host),
+                    {});
+      std::vector<std::vector<std::byte>> inputs;
+      std::vector<std::span<const std::byte>> views;
+      for (const auto& spec : t.inputs) {
+        auto n = element_count(spec, shape);
+        if (!n) return fail(n.error().message, {});
+        inputs.push_back(make_input(spec, *n, seed, override_for(spec, floats)));
+      }
+      for (const auto& in : inputs) views.emplace_back(in);
+      try {
+        *out = fn->second(t, shape, views);
+      } catch (const std::exception& e) {
+        return fail(fmt::format("the host reference '{}' threw: {}", t.reference.host, e.what()), {});
+      }
+      if (out->size() != t.outputs.size())
+        return fail(fmt::format("the host reference '{}' returned {} outputs; the task has {}", t.reference.host,
+                                out->size(), t.outputs.size()),
+                    {});
+      for (std::size_t k = 0; k < out->size(); ++k)
+        if ((*out)[k].size() != (*sizes)[k])
+          return fail(fmt::format("the host reference '{}' returned {} bytes for output '{}'; the shape needs {}",
+                                  t.reference.host, (*out)[k].size(), t.outputs[k].name, (*sizes)[k]),
+                      {});
+    } else {
+      auto bin = comp->compile(t.reference.source, options_for(config, dev, t));
+      if (!bin) return fail("it does not compile: " + bin.error().message, bin.error().log);
+      const std::string what = fmt::format("running the reference at {}", shape_text(shape));
+      auto ans = run_plan(t, task_json, shape, seed, floats, t.reference.plan, **bin, 1, *sizes, what);
+      if (!ans) {
+        if (cancel_flag) return unexpected(ans.error());
+        return fail(ans.error().summary, ans.error().log);
+      }
+      const decoded_run& run = ans->runs.front();
+      if (!run.guards_intact) return fail(fmt::format("it wrote outside '{}'", run.guards_broken.front()), {});
+      if (!run.inputs_intact) return fail(fmt::format("it modified its input '{}'", run.inputs_changed.front()), {});
+      for (const auto& o : run.outputs) out->emplace_back(o.begin(), o.end());
+    }
+    count(&session_stats::reference_runs);
+    refs->insert(key, out);
+    return std::shared_ptr<const output_set>(out);
+  }
+
+  /// Judges the runs of one validation case against the reference.
+  std::optional<verdict> judge(const task& t, const shape_binding& shape, const std::vector<decoded_run>& runs,
+                               const output_set& want) {
+    const std::string where = shape_text(shape);
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const decoded_run& r = runs[i];
+      const std::string nth = runs.size() > 1 ? fmt::format(" (run {} of {})", i + 1, runs.size()) : std::string();
+      if (!r.guards_intact) {
+        const std::string& name = r.guards_broken.front();
+        const bool is_input = std::any_of(t.inputs.begin(), t.inputs.end(), [&](const auto& s) { return s.name == name; });
+        return make(verdict_kind::wrong_result,
+                    fmt::format("wrote outside {} '{}' at {}{}", is_input ? "input" : "output", name, where, nth),
+                    fmt::format("guard zones damaged around: {}", fmt::join(r.guards_broken, ", ")));
+      }
+      if (!r.inputs_intact)
+        return make(verdict_kind::wrong_result,
+                    fmt::format("modified its input '{}' at {}{}", r.inputs_changed.front(), where, nth),
+                    fmt::format("inputs changed: {}", fmt::join(r.inputs_changed, ", ")));
+      for (std::size_t k = 0; k < t.outputs.size(); ++k) {
+        const auto& spec = t.outputs[k];
+        comparison c = compare_outputs(spec, r.outputs[k], want[k], where);
+        if (c.pass) continue;
+        if (i == 0) return make_wrong_result_verdict(c);
+        comparison agree = outputs_agree(spec, runs[0].outputs[k], r.outputs[k], where);
+        verdict v = !agree.pass ? make_unstable_verdict(agree)
+                                : verdict{.kind = verdict_kind::unstable,
+                                          .summary = fmt::format("run {} disagrees with the reference although run 1 "
+                                                                 "agreed: {}",
+                                                                 i + 1, specgen::detail::describe(c)),
+                                          .log = {},
+                                          .mismatch = c.stats};
+        v.summary += nth;
+        return v;
+      }
+    }
+    return std::nullopt;
+  }
+
+  compile_outcome compile(const task& t, const candidate& c) {
+    try {
+      return finish_compile(t, c, dev, comp->compile(c.source, options_for(config, dev, t)));
+    } catch (const std::exception& e) {
+      compile_outcome out;
+      out.result = make(verdict_kind::compile_error, fmt::format("internal error while compiling: {}", e.what()));
+      return out;
+    }
+  }
+
+  verdict validate(const task& t, const candidate& c) {
+    auto co = compile(t, c);
+    if (co.result.kind != verdict_kind::ok) return co.result;
+    count(&session_stats::validations);
+    const json task_json = to_json(t);
+    const std::uint64_t hash = fnv1a(task_json.dump());
+    for (const auto& shape : t.validation_shapes) {
+      auto sizes = output_sizes(t, shape);
+      if (!sizes) return sizes.error();
+      for (const auto& vc : config.validation.cases) {
+        auto want = reference(t, task_json, hash, shape, vc.seed, vc.floats);
+        if (!want) return want.error();
+        const std::string what = fmt::format("running the candidate at {} (seed {}, {})", shape_text(shape), vc.seed,
+                                             distribution_text(vc.floats));
+        auto ans = run_plan(t, task_json, shape, vc.seed, vc.floats, c.plan, *co.binary,
+                            std::max(config.validation.repeats, 1), *sizes, what);
+        if (!ans) return ans.error();
+        if (auto bad = judge(t, shape, ans->runs, **want)) {
+          const std::string note = fmt::format("case: seed {}, {}", vc.seed, distribution_text(vc.floats));
+          bad->log = bad->log.empty() ? note : bad->log + "\n" + note;
+          return *bad;
+        }
+      }
+    }
+    return make(verdict_kind::ok, {});
+  }
+
+  evaluation profile(const task& t, const candidate& c) {
+    evaluation e{.id = c.id, .result = {}, .compile = {}, .timing = {}};
+    auto co = compile(t, c);
+    e.compile = co.report;
+    if (co.result.kind != verdict_kind::ok) {
+      e.result = co.result;
+      return e;
+    }
+    count(&session_stats::profiles);
+    const profile_config& pc = config.profile;
+    const shape_binding& shape = t.benchmark_shape;
+    const std::string where = shape_text(shape);
+    const std::string what = fmt::format("profiling the candidate at {}", where);
+    std::vector<std::string> notes;
+    auto finish = [&](verdict v) {
+      if (!notes.empty()) v.log = v.log.empty() ? fmt::format("{}", fmt::join(notes, "\n"))
+                                                : fmt::format("{}\n{}", v.log, fmt::join(notes, "\n"));
+      e.result = std::move(v);
+      return e;
+    };
+
+    // The baseline: the task's own when it is device code, else the reference.
+    const implementation* base = nullptr;
+    if (!t.baseline.is_host() && !t.baseline.source.empty()) base = &t.baseline;
+    else if (t.baseline.is_host())
+      notes.push_back(fmt::format("the baseline is the host callback '{}', which the worker cannot time: the candidate "
+                                  "was timed alone and the speedup is 0",
+                                  t.baseline.host));
+    else if (!t.reference.is_host() && !t.reference.source.empty()) base = &t.reference;
+    else notes.push_back("the task has no device baseline: the candidate was timed alone and the speedup is 0");
+    std::shared_ptr<const compiled> base_bin;
+    if (base) {
+      auto b = comp->compile(base->source, options_for(config, dev, t));
+      if (!b)
+        return finish(make(verdict_kind::fault, fmt::format("the task's baseline does not compile: {}",
+                                                            first_line(b.error().message)),
+                           "baseline: " + b.error().log));
+      base_bin = *b;
+    }
+
+    std::string binary(reinterpret_cast<const char*>(co.binary->cubin.data()), co.binary->cubin.size());
+    json cand{{"plan", c.plan},
+              {"cubin", {{"offset", 0}, {"length", co.binary->cubin.size()}}},
+              {"module_key", co.binary->key}};
+    json baseline = nullptr;
+    if (base_bin) {
+      baseline = {{"plan", base->plan},
+                  {"cubin", {{"offset", binary.size()}, {"length", base_bin->cubin.size()}}},
+                  {"module_key", base_bin->key}};
+      binary.append(reinterpret_cast<const char*>(base_bin->cubin.data()), base_bin->cubin.size());
+    }
+    const json task_json = to_json(t);
+    json args{{"task", task_json},
+              {"shape", shape},
+              {"candidate", std::move(cand)},
+              {"baseline", baseline},
+              {"seed", pc.seed},
+              {"recheck_seed", pc.recheck_seed},
+              {"warmup", pc.warmup},
+              {"min_samples", pc.min_samples},
+              {"max_samples", pc.max_samples},
+              {"target_noise", pc.target_noise},
+              {"max_seconds", pc.max_seconds},
+              {"flush_l2", pc.flush_l2},
+              {"interleave", pc.interleave_baseline},
+              {"cupti", pc.cupti_check},
+              {"cupti_runs", pc.cupti_runs},
+              {"guard", config.validation.guard_bytes},
+              {"deadline_ms", millis(pc.run_deadline)}};
+    // Sampling stops at max_seconds, but one sample may still take a whole
+    // run_deadline; warm-up, CUPTI and recheck runs are not under the cap.
+    const int sides = base_bin ? 2 : 1;
+    const int uncapped_runs = pc.warmup * sides + (pc.cupti_check ? pc.cupti_runs : 0) + 1 + 2 * sides;
+    const duration deadline =
+        seconds(pc.max_seconds) + pc.run_deadline * uncapped_runs + config.call_margin;
+    auto resp = call({.op = "profile", .args = std::move(args), .binary = std::move(binary)}, deadline, what);
+    if (!resp) return finish(resp.error());
+    const json& r = (*resp)->result;
+    if (!r.is_object() || !r.contains("ok") || !r["ok"].is_boolean())
+      return finish(nonsense(what, fmt::format("the result is not {{\"ok\": bool, ...}}: {}", r.dump().substr(0, 300))));
+    if (!r["ok"].get<bool>()) return finish(run_error(r, what));
+
+    auto cs = decode_side(r.value("candidate", json()), "candidate");
+    if (!cs) return finish(nonsense(what, cs.error()));
+    std::optional<timing_side> bs;
+    if (base_bin) {
+      auto b = decode_side(r.value("baseline", json()), "baseline");
+      if (!b) return finish(nonsense(what, b.error()));
+      bs = std::move(*b);
+    }
+
+    // Recheck: the last timed run, on inputs the kernel has not seen.
+    auto sizes = output_sizes(t, shape);
+    if (!sizes) return finish(sizes.error());
+    const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>((*resp)->binary.data()),
+                                         (*resp)->binary.size());
+    auto recheck = decode_run(r.value("recheck", json()), bin, t, *sizes);
+    if (!recheck) return finish(nonsense(what, "recheck: " + recheck.error()));
+    auto want = reference(t, task_json, fnv1a(task_json.dump()), shape, pc.recheck_seed, std::nullopt);
+    if (!want) return finish(want.error());
+    if (!recheck->guards_intact)
+      return finish(make(verdict_kind::wrong_result,
+                         fmt::format("wrote outside '{}' at {} in the last timed run", recheck->guards_broken.front(), where)));
+    if (!recheck->inputs_intact)
+      return finish(make(verdict_kind::wrong_result, fmt::format("modified its input '{}' at {} in the last timed run",
+                                                                 recheck->inputs_changed.front(), where)));
+    for (std::size_t k = 0; k < t.outputs.size(); ++k) {
+      comparison cmp = compare_outputs(t.outputs[k], recheck->outputs[k], (**want)[k], where);
+      if (cmp.pass) continue;
+      verdict v = make(verdict_kind::wrong_result,
+                       "the last timed run, on fresh inputs, disagrees with the reference (work skipped or cached "
+                       "across calls): " + specgen::detail::describe(cmp),
+                       fmt::format("recheck seed {}", pc.recheck_seed));
+      v.mismatch = cmp.stats;
+      return finish(std::move(v));
+    }
+
+    measurement m;
+    m.median_us = cs->median_us;
+    m.spread = cs->spread;
+    m.samples_us = cs->samples_us;
+    m.metrics["noise"] = cs->noise;
+    m.metrics["samples"] = static_cast<double>(cs->samples_us.size());
+    if (bs) {
+      m.baseline_median_us = bs->median_us;
+      m.speedup = bs->median_us / cs->median_us;
+    }
+    if (auto clk = r.find("sm_clock_mhz"); clk != r.end() && clk->is_object()) {
+      auto lo = number(*clk, "min"), hi = number(*clk, "max");
+      m.sm_clock_mhz = lo && hi ? 0.5 * (*lo + *hi) : hi.value_or(0);
+    } else {
+      notes.push_back("the SM clock is unknown (NVML unavailable)");
+    }
+
+    // CUPTI: every kernel accounted for, and its time agreeing with the events'.
+    auto plan = parse_plan(c.plan);
+    const auto per_run = static_cast<std::int64_t>(plan ? plan->launches.size() : 0);
+    auto cupti = r.find("cupti");
+    if (!pc.cupti_check) {
+      notes.push_back("the CUPTI cross-check is off");
+    } else if (cupti == r.end() || !cupti->is_object()) {
+      notes.push_back("the worker ran no CUPTI cross-check");
+    } else if (!cupti->value("available", false)) {
+      auto reason = cupti->find("reason");
+      notes.push_back(fmt::format("CUPTI unavailable: {}",
+                                  reason != cupti->end() && reason->is_string() ? reason->get<std::string>() : "?"));
+    } else {
+      auto integer = [&](const char* f) -> std::optional<std::int64_t> {
+        auto it = cupti->find(f);
+        if (it == cupti->end() || !it->is_number_integer()) return std::nullopt;
+        return it->get<std::int64_t>();
+      };
+      auto list = [&](const char* f) {
+        std::vector<double> v;
+        if (auto it = cupti->find(f); it != cupti->end() && it->is_array())
+          for (const auto& x : *it)
+            if (x.is_number()) v.push_back(x.get<double>());
+        return v;
+      };
+      const auto runs = integer("runs"), kernels = integer("kernels");
+      const auto foreign_k = integer("foreign_kernels").value_or(0), foreign_s = integer("foreign_streams").value_or(0);
+      if (!runs || !kernels) return finish(nonsense(what, "cupti: \"runs\" or \"kernels\" is missing"));
+      const std::string numbers = fmt::format("CUPTI: {} runs, {} kernels ({} per run expected), {} foreign kernels, "
+                                              "{} on foreign streams",
+                                              *runs, *kernels, per_run, foreign_k, foreign_s);
+      if (*kernels != *runs * per_run)
+        return finish(make(verdict_kind::suspicious,
+                           fmt::format("CUPTI saw {} kernels in {} runs, but the plan launches {} per run (launches "
+                                       "outside the plan, or skipped)",
+                                       *kernels, *runs, per_run),
+                           numbers));
+      if (foreign_k > 0 || foreign_s > 0)
+        return finish(make(verdict_kind::suspicious,
+                           fmt::format("CUPTI saw {} kernels the plan does not launch and {} records on another stream",
+                                       foreign_k, foreign_s),
+                           numbers));
+      const double km = median(list("kernel_us")), em = median(list("event_us"));
+      if (em > 0) {
+        const double rel = (km - em) / em;
+        m.metrics["event_vs_cupti"] = rel;
+        if (km > em * (1 + pc.cupti_tolerance))
+          return finish(make(verdict_kind::suspicious,
+                             fmt::format("CUPTI's kernel time ({:.2f} us median) exceeds the event time ({:.2f} us) "
+                                         "by {:.0f}%: work escapes the timed region",
+                                         km, em, 100 * rel),
+                             numbers));
+        if (em > km * (1 + pc.cupti_tolerance) + launch_allowance_us * static_cast<double>(per_run))
+          return finish(make(verdict_kind::suspicious,
+                             fmt::format("the event time ({:.2f} us median) exceeds CUPTI's kernel time ({:.2f} us) "
+                                         "by {:.0f}%: time in the timed region outside the plan's kernels",
+                                         em, km, -100 * rel),
+                             numbers));
+      }
+    }
+
+    // Roofline: no kernel moves its inputs and outputs faster than DRAM allows.
+    double bytes = 0;
+    for (const auto* list : {&t.inputs, &t.outputs})
+      for (const auto& spec : *list)
+        if (auto b = tensor_bytes(spec, shape)) bytes += static_cast<double>(*b);
+    m.metrics["effective_dram_gbps"] = bytes / (m.median_us * 1e3);
+    if (dev.peak_dram_gbps <= 0) {
+      notes.push_back("roofline check skipped: the device reports no peak DRAM bandwidth");
+    } else {
+      const double bound_us = bytes / (dev.peak_dram_gbps * 1e3);
+      m.metrics["roofline_fraction"] = bound_us / m.median_us;
+      const bool fits_in_l2 = !pc.flush_l2 && bytes <= 2.0 * static_cast<double>(dev.l2_bytes);
+      if (fits_in_l2) {
+        notes.push_back("roofline check skipped: L2 is not flushed and the buffers fit in it");
+      } else if (m.median_us < pc.roofline_margin * bound_us) {
+        return finish(make(verdict_kind::suspicious,
+                           fmt::format("the median {:.2f} us is below {} x the {:.2f} us needed to move {} once at "
+                                       "peak DRAM bandwidth ({:.0f} GB/s): work skipped or results cached",
+                                       m.median_us, pc.roofline_margin, bound_us, megabytes(bytes), dev.peak_dram_gbps),
+                           fmt::format("effective bandwidth {:.0f} GB/s", bytes / (m.median_us * 1e3))));
+      }
+    }
+    e.timing = std::move(m);
+    return finish(make(verdict_kind::ok, {}));
+  }
+};
+
+expected<std::unique_ptr<device_session>, error> device_session::open(session_config config) {
+  auto s = std::make_unique<state>();
+  if (config.assumed_device) {
+    s->dev = *config.assumed_device;
+  } else {
+    auto n = device_count();
+    if (!n) return unexpected(error{"no GPU: " + n.error().message});
+    if (*n == 0) return unexpected(error{"no GPU: the driver sees no devices"});
+    if (config.device < 0 || config.device >= *n)
+      return unexpected(error{fmt::format("no GPU: device {} does not exist ({} visible)", config.device, *n)});
+    auto d = query_device(config.device);
+    if (!d) return unexpected(error{"no GPU: " + d.error().message});
+    s->dev = std::move(*d);
+  }
+  if (!config.shared_compiler) config.shared_compiler = std::make_shared<compiler>(config.compiler_settings);
+  if (!config.references) config.references = std::make_shared<reference_cache>(config.reference_cache_bytes);
+  s->comp = config.shared_compiler;
+  s->refs = config.references;
+  worker_config wc = config.worker;
+  wc.program = find_worker_program(config.worker_program);
+  wc.device = config.device;
+  s->worker = std::make_unique<worker_host>(wc);
+  if (auto started = s->worker->start(); !started)
+    return unexpected(error{fmt::format("could not start the worker '{}' for device {}: {}", wc.program, config.device,
+                                        started.error().message)});
+  if (!config.assumed_device) {
+    const json hello = s->worker->info().hello;
+    const json dev = hello.value("device", json::object());
+    if (dev.is_object() && dev.value("name", std::string()) == "none")
+      return unexpected(error{fmt::format("no GPU: the worker for device {} reports: {}", config.device,
+                                          dev.value("error", std::string("no device")))});
+  }
+  s->config = std::move(config);
+  return std::unique_ptr<device_session>(new device_session(std::move(s)));
+}
+
+device_session::device_session(std::unique_ptr<state> s) : state_(std::move(s)) {}
+device_session::~device_session() = default;
+
+const device_info& device_session::device() const noexcept { return state_->dev; }
+const session_config& device_session::config() const noexcept { return state_->config; }
+
+compile_outcome device_session::compile(const task& t, const candidate& c) {
+  state::scope sc(*state_);
+  return state_->compile(t, c);
+}
+
+verdict device_session::validate(const task& t, const candidate& c) {
+  state::scope sc(*state_);
+  try {
+    return state_->validate(t, c);
+  } catch (const std::exception& e) {
+    return make(verdict_kind::fault, fmt::format("internal error in the validator: {}", e.what()));
+  }
+}
+
+evaluation device_session::profile(const task& t, const candidate& c) {
+  state::scope sc(*state_);
+  try {
+    return state_->profile(t, c);
+  } catch (const std::exception& e) {
+    return evaluation{.id = c.id,
+                      .result = make(verdict_kind::fault, fmt::format("internal error in the profiler: {}", e.what())),
+                      .compile = {},
+                      .timing = {}};
+  }
+}
+
+evaluation device_session::evaluate(const task& t, const candidate& c) {
+  state::scope sc(*state_);
+  evaluation e{.id = c.id, .result = {}, .compile = {}, .timing = {}};
+  auto co = state_->compile(t, c);
+  e.compile = co.report;
+  if (co.result.kind != verdict_kind::ok) {
+    e.result = co.result;
+    return e;
+  }
+  verdict v = validate(t, c);
+  if (v.kind != verdict_kind::ok) {
+    e.result = std::move(v);
+    return e;
+  }
+  evaluation p = profile(t, c);
+  p.compile = co.report;
+  return p;
+}
+
+bool device_session::cancel() {
+  if (state_->depth.load() == 0) return false;
+  state_->cancel_flag = true;
+  state_->worker->cancel();
+  return true;
+}
+
+session_stats device_session::stats() const {
+  session_stats out;
+  {
+    std::lock_guard lock(state_->stats_mutex);
+    out = state_->counters;
+  }
+  out.worker = state_->worker->stats();
+  return out;
+}
+
+}  // namespace gpu
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,340 @@
+// device_session against specgen-fake-worker: the verdict mapping, the
+// reference cache and the decoding of worker answers, end to end, without a GPU.
+#include "fixture.hpp"
+#include "internal.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+using namespace fixture;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::unique_ptr<device_session> open_session(session_config c = fake_config()) {
+  auto s = device_session::open(std::move(c));
+  REQUIRE(s);
+  return std::move(*s);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("a correct candidate is validated and profiled against the baseline") {
+  auto s = open_session();
+  const task t = sum_task();
+  evaluation e = s->evaluate(t, make_candidate("good_add"));
+  INFO(e.result.summary << "\n" << e.result.log);
+  REQUIRE(e.result.kind == verdict_kind::ok);
+  REQUIRE(e.timing);
+  CHECK(e.timing->median_us == Approx(100));
+  CHECK(e.timing->baseline_median_us == Approx(200));
+  CHECK(e.timing->speedup == Approx(2));
+  CHECK(e.timing->sm_clock_mhz == Approx(0.5 * (1755 + 1980)));
+  CHECK(e.timing->samples_us.size() == 20);
+  for (const char* m : {"noise", "samples", "event_vs_cupti", "roofline_fraction", "effective_dram_gbps"})
+    CHECK(e.timing->metrics.contains(m));
+  CHECK(e.timing->metrics.at("event_vs_cupti") == Approx(-0.03));
+  // 2 shapes x 5 cases, then the recheck at the benchmark shape.
+  auto st = s->stats();
+  CHECK(st.reference_runs == 11);
+  CHECK(st.validations == 1);
+  CHECK(st.profiles == 1);
+
+  // A second candidate reuses every reference output.
+  CHECK(s->validate(t, make_candidate("good_other", 2)).kind == verdict_kind::ok);
+  CHECK(s->stats().reference_runs == 11);
+  CHECK(s->stats().reference_hits >= 10);
+}
+
+TEST_CASE("wrong outputs are wrong_result with the mismatch at the first shape") {
+  auto s = open_session();
+  verdict v = s->validate(sum_task(), make_candidate("wrong_add"));
+  CHECK(v.kind == verdict_kind::wrong_result);
+  REQUIRE(v.mismatch);
+  CHECK(v.mismatch->shape == "N=1");
+  CHECK(v.mismatch->output == "c");
+  CHECK(v.mismatch->count == 1);
+  CHECK(contains(v.summary, "output 'c' at N=1"));
+  CHECK(contains(v.log, "case: seed 1"));
+}
+
+TEST_CASE("a later run disagreeing with the first is unstable") {
+  auto s = open_session();
+  verdict v = s->validate(sum_task(), make_candidate("racy_add"));
+  CHECK(v.kind == verdict_kind::unstable);
+  CHECK(contains(v.summary, "run 2 of 2"));
+  CHECK(v.mismatch);
+}
+
+TEST_CASE("outputs never written fail as degenerate") {
+  auto s = open_session();
+  verdict v = s->validate(sum_task(), make_candidate("unwritten_add"));
+  CHECK(v.kind == verdict_kind::wrong_result);
+  CHECK(contains(v.summary, "never written"));
+}
+
+TEST_CASE("broken guards and changed inputs are wrong_result") {
+  auto s = open_session();
+  verdict oob = s->validate(sum_task(), make_candidate("oob_add"));
+  CHECK(oob.kind == verdict_kind::wrong_result);
+  CHECK(contains(oob.summary, "wrote outside output 'c' at N=1"));
+  verdict clobber = s->validate(sum_task(), make_candidate("clobber_add"));
+  CHECK(clobber.kind == verdict_kind::wrong_result);
+  CHECK(contains(clobber.summary, "modified its input 'a' at N=1"));
+}
+
+TEST_CASE("faults and timeouts reported by the worker; the next candidate gets a fresh worker") {
+  auto s = open_session();
+  const task t = sum_task();
+  verdict f = s->validate(t, make_candidate("fault_add"));
+  CHECK(f.kind == verdict_kind::fault);
+  CHECK(contains(f.summary, "faulted"));
+  CHECK(contains(f.log, "CUDA_ERROR_ILLEGAL_ADDRESS"));
+  CHECK(s->validate(t, make_candidate("good_add")).kind == verdict_kind::ok);
+  verdict to = s->validate(t, make_candidate("timeout_add"));
+  CHECK(to.kind == verdict_kind::timeout);
+  CHECK(s->validate(t, make_candidate("good_add")).kind == verdict_kind::ok);
+  CHECK(s->stats().worker.respawns >= 2);
+}
+
+TEST_CASE("launch, load and memory failures map to their verdicts") {
+  auto s = open_session();
+  const task t = sum_task();
+  CHECK(s->validate(t, make_candidate("launchfail_add")).kind == verdict_kind::invalid_plan);
+  CHECK(s->validate(t, make_candidate("loadfail_add")).kind == verdict_kind::compile_error);
+  verdict oom = s->validate(t, make_candidate("oom_add"));
+  CHECK(oom.kind == verdict_kind::fault);
+  CHECK(contains(oom.summary, "out of device memory"));
+}
+
+TEST_CASE("a hung, crashed or babbling worker is a timeout or a fault, never a host crash") {
+  auto s = open_session();
+  const task t = sum_task();
+  const auto t0 = std::chrono::steady_clock::now();
+  verdict hang = s->validate(t, make_candidate("hang_add"));
+  CHECK(hang.kind == verdict_kind::timeout);
+  CHECK(contains(hang.summary, "no answer from the worker"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  verdict crash = s->validate(t, make_candidate("crash_add"));
+  CHECK(crash.kind == verdict_kind::fault);
+  CHECK(contains(crash.summary, "crashed"));
+  verdict garbage = s->validate(t, make_candidate("garbage_add"));
+  CHECK(garbage.kind == verdict_kind::fault);
+  CHECK(contains(garbage.summary, "protocol"));
+  verdict refused = s->validate(t, make_candidate("refuse_add"));
+  CHECK(refused.kind == verdict_kind::fault);
+  CHECK(contains(refused.summary, "refused"));
+  for (const char* k : {"badoffset_add", "badlength_add", "nonsense_add"}) {
+    verdict v = s->validate(t, make_candidate(k));
+    INFO(k << ": " << v.summary << " / " << v.log);
+    CHECK(v.kind == verdict_kind::fault);
+    CHECK(contains(v.summary, "nonsense"));
+  }
+  CHECK(s->validate(t, make_candidate("good_add")).kind == verdict_kind::ok);
+}
+
+TEST_CASE("module_missing makes the session send the cubin again") {
+  auto s = open_session();
+  CHECK(s->validate(sum_task(), make_candidate("forget_add")).kind == verdict_kind::ok);
+  CHECK(s->stats().module_resends >= 1);
+}
+
+TEST_CASE("compile errors and bad plans are caught before the worker") {
+  auto s = open_session();
+  const task t = sum_task();
+  candidate broken = make_candidate("good_add");
+  broken.source = "extern \"C\" __global__ void good_add(float* c) { c[0] = undefined_name; }";
+  compile_outcome co = s->compile(t, broken);
+  CHECK(co.result.kind == verdict_kind::compile_error);
+  CHECK(contains(co.result.log, "undefined_name"));
+  CHECK(!co.binary);
+
+  candidate unknown = make_candidate("good_add");
+  unknown.plan = add_plan("not_defined");
+  auto u = s->compile(t, unknown);
+  CHECK(u.result.kind == verdict_kind::invalid_plan);
+  CHECK(contains(u.result.summary, "'not_defined'"));
+
+  candidate syntax = make_candidate("good_add");
+  syntax.plan = "launch good_add grid(N block(256)";
+  CHECK(s->compile(t, syntax).result.kind == verdict_kind::invalid_plan);
+
+  candidate big = make_candidate("good_add");
+  big.plan = "launch good_add grid(cdiv(N, 2048)) block(2048) args(a, b, c, N)";
+  auto b = s->compile(t, big);
+  CHECK(b.result.kind == verdict_kind::invalid_plan);
+  CHECK(contains(b.result.summary, "at N=1"));
+
+  auto ok = s->compile(t, make_candidate("good_add"));
+  CHECK(ok.result.kind == verdict_kind::ok);
+  REQUIRE(ok.binary);
+  CHECK(!ok.binary->cubin.empty());
+  CHECK(ok.report.registers > 0);
+  CHECK(s->validate(t, broken).kind == verdict_kind::compile_error);
+}
+
+TEST_CASE("a failing reference is the task's fault, told apart from the candidate's") {
+  auto s = open_session();
+  task t = sum_task();
+  t.reference = {.source = add_source("fault_ref"), .plan = add_plan("fault_ref"), .host = {}};
+  verdict v = s->validate(t, make_candidate("good_add"));
+  CHECK(v.kind == verdict_kind::fault);
+  CHECK(contains(v.summary, "the task's reference failed at N=1"));
+  CHECK(v.log.starts_with("reference:"));
+}
+
+TEST_CASE("a host reference computes the expected outputs; a host baseline means candidate only") {
+  session_config c = fake_config();
+  int calls = 0;
+  c.host_references["host_sum"] = [&](const task& t, const shape_binding& shape,
+                                      const std::vector<std::span<const std::byte>>& in) {
+    ++calls;
+    const auto n = static_cast<std::size_t>(*element_count(t.outputs[0], shape));
+    std::vector<std::byte> out(n * 4);
+    for (std::size_t i = 0; i < n; ++i) {
+      float a, b;
+      std::memcpy(&a, in[0].data() + 4 * i, 4);
+      std::memcpy(&b, in[1].data() + 4 * i, 4);
+      const float sum = a + b;
+      std::memcpy(out.data() + 4 * i, &sum, 4);
+    }
+    return std::vector<std::vector<std::byte>>{out};
+  };
+  auto s = open_session(c);
+  task t = sum_task();
+  t.reference = {.source = {}, .plan = {}, .host = "host_sum"};
+  t.baseline = t.reference;
+  CHECK(s->validate(t, make_candidate("good_add")).kind == verdict_kind::ok);
+  CHECK(calls == 10);
+  CHECK(s->validate(t, make_candidate("wrong_add")).kind == verdict_kind::wrong_result);
+  evaluation e = s->profile(t, make_candidate("good_add"));
+  REQUIRE(e.result.kind == verdict_kind::ok);
+  CHECK(e.timing->speedup == 0);
+  CHECK(contains(e.result.log, "host callback 'host_sum'"));
+
+  t.reference.host = "not_registered";
+  verdict v = s->validate(t, make_candidate("good_add"));
+  CHECK(v.kind == verdict_kind::fault);
+  CHECK(contains(v.summary, "the task's reference failed"));
+}
+
+TEST_CASE("the profiler's decisions") {
+  auto s = open_session();
+  const task t = sum_task();
+  auto profile = [&](const char* k) { return s->profile(t, make_candidate(k)); };
+
+  evaluation fast = profile("fast_add");
+  CHECK(fast.result.kind == verdict_kind::suspicious);
+  CHECK(contains(fast.result.summary, "peak DRAM bandwidth"));
+  CHECK(!fast.timing);
+
+  evaluation cached = profile("cache_add");
+  CHECK(cached.result.kind == verdict_kind::wrong_result);
+  CHECK(contains(cached.result.summary, "the last timed run, on fresh inputs, disagrees with the reference"));
+
+  for (const char* k : {"foreign_add", "ghost_add", "escape_add"}) {
+    evaluation e = profile(k);
+    INFO(k << ": " << e.result.summary);
+    CHECK(e.result.kind == verdict_kind::suspicious);
+    CHECK(contains(e.result.log, "CUPTI:"));
+  }
+
+  evaluation nocupti = profile("nocupti_add");
+  REQUIRE(nocupti.result.kind == verdict_kind::ok);
+  CHECK(contains(nocupti.result.log, "CUPTI unavailable"));
+  CHECK(!nocupti.timing->metrics.contains("event_vs_cupti"));
+
+  evaluation noclock = profile("noclock_add");
+  REQUIRE(noclock.result.kind == verdict_kind::ok);
+  CHECK(noclock.timing->sm_clock_mhz == 0);
+
+  CHECK(profile("oob_add").result.kind == verdict_kind::wrong_result);
+  CHECK(profile("fault_add").result.kind == verdict_kind::fault);
+  CHECK(profile("nonsense_add").result.kind == verdict_kind::fault);
+  CHECK(profile("good_add").result.kind == verdict_kind::ok);
+}
+
+TEST_CASE("without a peak bandwidth the roofline check is skipped and says so") {
+  auto s = open_session(fake_config(fake_device(0)));
+  evaluation e = s->profile(sum_task(), make_candidate("fast_add"));
+  REQUIRE(e.result.kind == verdict_kind::ok);
+  CHECK(contains(e.result.log, "roofline check skipped"));
+  CHECK(!e.timing->metrics.contains("roofline_fraction"));
+}
+
+TEST_CASE("cancel aborts the call in progress") {
+  auto s = open_session();
+  CHECK_FALSE(s->cancel());
+  const task t = sum_task();
+  auto fut = std::async(std::launch::async, [&] { return s->validate(t, make_candidate("slow_add")); });
+  std::this_thread::sleep_for(400ms);  // compiled, and inside a worker call by now
+  CHECK(s->cancel());
+  verdict v = fut.get();
+  CHECK(contains(v.summary, "cancelled"));
+  CHECK(s->validate(t, make_candidate("good_add")).kind == verdict_kind::ok);
+}
+
+TEST_CASE("without a GPU, open says no GPU") {
+  session_config c = fake_config();
+  c.assumed_device.reset();
+  auto s = device_session::open(c);
+  REQUIRE_FALSE(s);
+  CHECK(s.error().message.starts_with("no GPU: "));
+}
+
+TEST_CASE("the worker program is found from the configuration, the environment, or the build") {
+  CHECK(find_worker_program("/x/worker") == "/x/worker");
+  CHECK_FALSE(find_worker_program("").empty());
+}
+
+TEST_CASE("decode_run checks every offset and length against the binary") {
+  using eval_detail::decode_run;
+  using json = nlohmann::json;
+  const task t = sum_task();
+  std::vector<std::byte> bin(16);
+  const std::vector<std::size_t> sizes{16};
+  auto entry = [](json offset, json length) { return json{{"name", "c"}, {"offset", offset}, {"length", length}}; };
+  auto run = [&](std::vector<json> outputs) {
+    json list = json::array();
+    for (auto& o : outputs) list.push_back(std::move(o));
+    return json{{"guards_intact", true}, {"inputs_intact", true}, {"outputs", list}};
+  };
+  const std::uint64_t huge = 18446744073709551615ull;
+  CHECK(decode_run(run({entry(0, 16)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({entry(8, 16)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({entry(huge, 16)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({entry(0, huge)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({entry(8, huge)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({entry(-1, 16)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({entry(0, 12)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({entry("0", 16)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({}), bin, t, sizes));
+  CHECK_FALSE(decode_run(run({entry(0, 16), entry(0, 16)}), bin, t, sizes));
+  CHECK_FALSE(decode_run(json("x"), bin, t, sizes));
+  CHECK_FALSE(decode_run(json{{"outputs", json::array()}}, bin, t, sizes));
+  auto broken = run({entry(0, 16)});
+  broken["guards_intact"] = false;
+  auto d = decode_run(broken, bin, t, sizes);
+  REQUIRE(d);
+  CHECK_FALSE(d->guards_intact);
+  CHECK(d->guards_broken == std::vector<std::string>{"?"});
+  CHECK(d->outputs.front().data() == bin.data());
+}
+
+TEST_CASE("the reference cache drops its oldest entries beyond its budget") {
+  reference_cache cache(100);
+  auto set = [](std::size_t n) { return std::make_shared<const output_set>(output_set{std::vector<std::byte>(n)}); };
+  cache.insert("a", set(60));
+  cache.insert("b", set(30));
+  CHECK(cache.find("a"));
+  cache.insert("c", set(30));
+  CHECK_FALSE(cache.find("a"));
+  CHECK(cache.find("b"));
+  CHECK(cache.find("c"));
+  CHECK(cache.bytes() == 60);
+}

@@ -1,0 +1,255 @@
+#include "op_common.hpp"
+
+#include "cubin_info.hpp"
+
+#include <specgen/inputs.hpp>
+#include <specgen/task_io.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace gpu::detail {
+
+using json = nlohmann::json;
+
+failure from(const runtime_error& e) { return {std::string(to_string(e.what)), e.message, e.cuda_error}; }
+failure bad_request(std::string message) { return {"invalid_request", std::move(message)}; }
+
+json failed(const failure& f) {
+  json out = {{"ok", false}, {"error_kind", f.kind}, {"message", f.message}, {"cuda_error", f.cuda_error}};
+  if (!f.module_key.empty()) out["module_key"] = f.module_key;
+  return out;
+}
+
+std::span<const std::byte> binary_of(const request& r) {
+  return {reinterpret_cast<const std::byte*>(r.binary.data()), r.binary.size()};
+}
+
+expected<std::span<const std::byte>, failure> read_slice(const json& j, std::span<const std::byte> binary,
+                                                         const std::string& what) {
+  if (!j.is_object() || !j.contains("offset") || !j.contains("length") || !j["offset"].is_number_unsigned() ||
+      !j["length"].is_number_unsigned())
+    return unexpected(bad_request(fmt::format("{} needs unsigned \"offset\" and \"length\"", what)));
+  const auto offset = j["offset"].get<std::size_t>(), length = j["length"].get<std::size_t>();
+  if (offset > binary.size() || length > binary.size() - offset)
+    return unexpected(bad_request(fmt::format("{} (offset {}, length {}) lies outside the {} binary bytes", what, offset,
+                                              length, binary.size())));
+  return binary.subspan(offset, length);
+}
+
+expected<task, failure> read_task(const json& j) {
+  auto t = parse_task(j, "<request>");
+  if (!t) return unexpected(bad_request(t.error().what()));
+  return std::move(*t);
+}
+
+expected<shape_binding, failure> read_shape(const json& j) {
+  try {
+    return j.get<shape_binding>();
+  } catch (const json::exception& e) {
+    return unexpected(bad_request(fmt::format("shape must map size symbols to integers: {}", e.what())));
+  }
+}
+
+expected<duration, failure> read_ms(const json& args, const char* key, double fallback_ms) {
+  const json v = args.value(key, json(fallback_ms));
+  if (!v.is_number() || v.get<double>() < 0)
+    return unexpected(bad_request(fmt::format("\"{}\" must be a non-negative number of milliseconds", key)));
+  return std::chrono::duration_cast<duration>(std::chrono::duration<double, std::milli>(v.get<double>()));
+}
+
+expected<std::uint64_t, failure> read_u64(const json& args, const char* key, std::uint64_t fallback) {
+  if (!args.contains(key)) return fallback;
+  const json& v = args[key];
+  if (!v.is_number_unsigned()) return unexpected(bad_request(fmt::format("\"{}\" must be an unsigned integer", key)));
+  return v.get<std::uint64_t>();
+}
+
+expected<tensor_size, failure> size_at(const tensor_spec& t, const shape_binding& shape) {
+  auto n = element_count(t, shape);
+  if (!n) return unexpected(bad_request(n.error().message));
+  return tensor_size{*n, static_cast<std::size_t>(*n) * size_of(t.type)};
+}
+
+expected<std::shared_ptr<loaded_module>, failure> acquire_module(worker_state& w, gpu_context& ctx, const json& where,
+                                                          std::span<const std::byte> binary, const std::string& what) {
+  std::string key;
+  if (where.contains("module_key") && !where["module_key"].is_null()) {
+    if (!where["module_key"].is_string() || where["module_key"].get<std::string>().empty())
+      return unexpected(bad_request(fmt::format("{}: \"module_key\" must be a non-empty string", what)));
+    key = where["module_key"].get<std::string>();
+    if (auto* kept = w.modules.find(key)) return *kept;
+  }
+  if (!where.contains("cubin") || where["cubin"].is_null()) {
+    if (key.empty()) return unexpected(bad_request(fmt::format("{} needs \"cubin\" or \"module_key\"", what)));
+    return unexpected(failure{"module_missing",
+                              fmt::format("{}: module '{}' is not loaded in this worker; send it again with its cubin",
+                                          what, key),
+                              {},
+                              key});
+  }
+  auto cubin = read_slice(where["cubin"], binary, what + " cubin");
+  if (!cubin) return unexpected(cubin.error());
+  auto m = ctx.load_module(*cubin);
+  if (!m) return unexpected(from(m.error()));
+  auto shared = std::make_shared<loaded_module>(loaded_module{std::move(*m)});
+  // State a kernel keeps in module globals would survive from run to run (and
+  // from request to request): such a cubin gets a fresh instance per run. An
+  // image the reader cannot read (PTX, a fatbin) is treated the same way.
+  if (auto info = inspect_cubin(*cubin); !info || info->has_writable_globals())
+    shared->fresh_cubin = std::make_shared<const std::vector<std::byte>>(cubin->begin(), cubin->end());
+  if (!key.empty()) w.modules.put(key, shared);
+  return shared;
+}
+
+// ---- io_set ---------------------------------------------------------------------------
+
+expected<io_set, failure> io_set::allocate(gpu_context& ctx, const task& t, const shape_binding& shape,
+                                           std::size_t guard, std::byte guard_pattern,
+                                           std::optional<std::byte> poison) {
+  io_set s;
+  s.ctx_ = &ctx;
+  s.guard_pattern_ = guard_pattern;
+  s.poison_byte_ = poison;
+  std::map<dtype, std::size_t> largest;
+  for (auto* specs : {&t.inputs, &t.outputs})
+    for (const auto& spec : *specs) {
+      auto size = size_at(spec, shape);
+      if (!size) return unexpected(size.error());
+      auto b = ctx.allocate(size->bytes, {.guard_bytes = guard});
+      if (!b) return unexpected(from(b.error()));
+      (specs == &t.inputs ? s.inputs_ : s.outputs_).push_back({spec.name, spec.type, std::move(*b)});
+      if (specs == &t.outputs) largest[spec.type] = std::max(largest[spec.type], size->bytes);
+    }
+  if (!poison)
+    for (const auto& [type, bytes] : largest) {
+      auto b = ctx.allocate(bytes);
+      if (!b) return unexpected(from(b.error()));
+      std::vector<std::byte> pattern(bytes);
+      fill_poison(pattern, type);
+      if (auto u = b->upload(pattern); !u) return unexpected(from(u.error()));
+      s.poison_sources_.emplace(type, std::move(*b));
+    }
+  return s;
+}
+
+buffer_pointers io_set::pointers() const {
+  buffer_pointers p;
+  for (const auto* list : {&inputs_, &outputs_})
+    for (const auto& b : *list) p[b.name] = b.buffer.pointer();
+  return p;
+}
+
+expected<void, failure> io_set::upload_input(std::size_t i, std::span<const std::byte> bytes) {
+  auto& in = inputs_.at(i);
+  if (bytes.size() != in.buffer.size())
+    return unexpected(bad_request(
+        fmt::format("input '{}' has {} bytes; the task's shape needs {}", in.name, bytes.size(), in.buffer.size())));
+  if (auto u = in.buffer.upload(bytes); !u) return unexpected(from(u.error()));
+  in.checksum = checksum(bytes);
+  return {};
+}
+
+expected<void, failure> io_set::generate_input(std::size_t i, const tensor_spec& spec, std::uint64_t seed,
+                                               std::optional<distribution> dist) {
+  auto& in = inputs_.at(i);
+  const auto elements = static_cast<std::int64_t>(in.buffer.size() / size_of(spec.type));
+  return upload_input(i, make_input(spec, elements, seed, dist));
+}
+
+expected<void, failure> io_set::fill_guards() {
+  for (auto* list : {&inputs_, &outputs_})
+    for (auto& b : *list)
+      if (auto e = b.buffer.fill_guards(guard_pattern_); !e) return unexpected(from(e.error()));
+  return {};
+}
+
+expected<void, failure> io_set::poison_outputs_async() {
+  auto& s = context_access::state(*ctx_);
+  for (auto& out : outputs_) {
+    auto done = poison_byte_ ? s.memset_async(out.buffer.pointer(), static_cast<std::uint8_t>(*poison_byte_),
+                                              out.buffer.size())
+                             : s.copy_async(out.buffer.pointer(), poison_sources_.at(out.type).pointer(),
+                                            out.buffer.size());
+    if (!done) return unexpected(from(done.error()));
+  }
+  return {};
+}
+
+expected<void, failure> io_set::settle() {
+  auto& s = context_access::state(*ctx_);
+  if (auto u = s.require_usable(); !u) return unexpected(from(u.error()));
+  if (auto r = s.check(s.api->cuCtxSynchronize(), runtime_error::kind::internal, "cuCtxSynchronize"); !r)
+    return unexpected(from(r.error()));
+  return {};
+}
+
+expected<run_check, failure> io_set::check() {
+  run_check c;
+  const auto intact = [&](const std::vector<std::byte>& g) {
+    return std::all_of(g.begin(), g.end(), [&](std::byte b) { return b == guard_pattern_; });
+  };
+  for (auto* list : {&inputs_, &outputs_})
+    for (auto& b : *list) {
+      auto g = b.buffer.read_guards();
+      if (!g) return unexpected(from(g.error()));
+      if (!intact((*g)[0]) || !intact((*g)[1])) {
+        c.guards_intact = false;
+        c.guards_broken.push_back(b.name);
+      }
+    }
+  for (auto& in : inputs_) {
+    auto now = in.buffer.download();
+    if (!now) return unexpected(from(now.error()));
+    if (checksum(*now) != in.checksum) {
+      c.inputs_intact = false;
+      c.inputs_changed.push_back(in.name);
+    }
+  }
+  return c;
+}
+
+expected<json, failure> io_set::append_outputs(const std::vector<std::string>& names, std::string& binary) {
+  std::vector<std::string> wanted = names;
+  if (wanted.empty())
+    for (const auto& o : outputs_) wanted.push_back(o.name);
+  json listed = json::array();
+  for (const auto& name : wanted) {
+    auto it = std::find_if(outputs_.begin(), outputs_.end(), [&](const io_buffer& o) { return o.name == name; });
+    if (it == outputs_.end()) return unexpected(bad_request(fmt::format("output '{}' is not an output of the task", name)));
+    auto bytes = it->buffer.download();
+    if (!bytes) return unexpected(from(bytes.error()));
+    listed.push_back({{"name", name}, {"offset", binary.size()}, {"length", bytes->size()}});
+    binary.append(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+  }
+  return listed;
+}
+
+void put_check(json& out, const run_check& c) {
+  out["guards_intact"] = c.guards_intact;
+  out["guards_broken"] = c.guards_broken;
+  out["inputs_intact"] = c.inputs_intact;
+  out["inputs_changed"] = c.inputs_changed;
+}
+
+json device_json(const gpu_context& ctx) {
+  return {{"index", ctx.info().index}, {"name", ctx.info().name}, {"arch", ctx.info().arch}};
+}
+
+response reply_from(expected<json, failure> result, std::string binary) {
+  response out;
+  out.ok = true;  // the worker answered; whether the operation succeeded is in the result
+  if (result) {
+    out.result = std::move(*result);
+    out.binary = std::move(binary);
+  } else {
+    out.result = failed(result.error());
+  }
+  return out;
+}
+
+}  // namespace gpu::detail
+SPECGEN_END_NAMESPACE

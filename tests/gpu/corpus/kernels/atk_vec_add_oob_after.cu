@@ -1,0 +1,6 @@
+// Attack: correct output, plus one write just past the end of c (into the guard zone).
+extern "C" __global__ void vec_add_oob_after(const float* a, const float* b, float* c, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) c[i] = a[i] + b[i];
+  if (i == 0) c[n + 3] = 0.f;
+}
