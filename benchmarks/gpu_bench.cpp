@@ -28,6 +28,7 @@
 #include <fstream>
 #include <optional>
 #include <stdexcept>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -178,6 +179,7 @@ int bench_latency(const programs::args& a) {
     std::string name{}, verdict{};
     double cold = 0, cached = 0, validate = 0, profile = 0, total = 0, nvrtc = 0, median_us = 0;
     bool cold_hit = false;
+    std::map<std::string, double> metrics{};  // the profiler's, incl. the worker's phase times
   };
   std::vector<row> rows;
   std::uint64_t salt = 1;
@@ -210,7 +212,10 @@ int bench_latency(const programs::args& a) {
           const evaluation e = s->profile(t, c);
           w.profile = since(t0);
           v = e.result;
-          if (e.timing) w.median_us = e.timing->median_us;
+          if (e.timing) {
+            w.median_us = e.timing->median_us;
+            w.metrics = e.timing->metrics;
+          }
         }
         w.verdict = verdict_text(v);
         w.total = w.cold + w.validate + w.profile;
@@ -272,7 +277,8 @@ int bench_latency(const programs::args& a) {
   for (const auto& r : rows)
     cands.push_back({{"name", r.name}, {"verdict", r.verdict}, {"compile_cold_s", r.cold}, {"compile_nvrtc_s", r.nvrtc},
                      {"compile_cold_was_hit", r.cold_hit}, {"compile_cached_s", r.cached}, {"load_validate_s", r.validate},
-                     {"profile_s", r.profile}, {"total_s", r.total}, {"median_us", r.median_us}});
+                     {"profile_s", r.profile}, {"total_s", r.total}, {"median_us", r.median_us},
+                     {"metrics", r.metrics}});
   write_json(a, {{"benchmark", "gpu-latency"},
                  {"method", "wall time around device_session::compile/validate/profile (steady_clock); reference "
                             "outputs computed before timing; salted sources, fresh cache dir"},

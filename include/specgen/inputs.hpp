@@ -271,21 +271,43 @@ inline expected<std::int64_t, error> element_count(const tensor_spec& t, const s
 /// @endcode
 /// @throws std::invalid_argument when `elements` is negative (use element_count first).
 inline std::vector<std::byte> make_input(const tensor_spec& t, std::int64_t elements, std::uint64_t seed,
-                                         std::optional<distribution> override = {}) {
-  if (elements < 0) throw std::invalid_argument("make_input: negative element count");
-  const distribution dist = override.value_or(t.init);
+                                         std::optional<distribution> override = {});
+
+/// Elements `first .. first + out.size() / size_of(t.type)` of
+/// `make_input(t, elements, seed, override)`, written into `out`. Every element
+/// depends only on its index, so disjoint slices can be filled by different
+/// threads and the result is the same bytes as `make_input`.
+///
+/// @code
+///   std::vector<std::byte> all(n * 4);
+///   fill_input(spec, n, 7, {}, 0, std::span(all).first(n * 2));        // elements [0, n/2)
+///   fill_input(spec, n, 7, {}, n / 2, std::span(all).subspan(n * 2));  // elements [n/2, n)
+/// @endcode
+/// @throws std::invalid_argument when the slice lies outside [0, elements).
+inline void fill_input(const tensor_spec& t, std::int64_t elements, std::uint64_t seed,
+                       std::optional<distribution> override, std::uint64_t first, std::span<std::byte> out) {
   const std::size_t width = size_of(t.type);
-  const auto n = static_cast<std::uint64_t>(elements);
-  std::vector<std::byte> out(n * width);
+  const std::uint64_t count = out.size() / width;
+  if (elements < 0 || out.size() % width != 0 || first > static_cast<std::uint64_t>(elements) ||
+      count > static_cast<std::uint64_t>(elements) - first)
+    throw std::invalid_argument("fill_input: the slice lies outside the buffer");
+  const distribution dist = override.value_or(t.init);
   const std::uint64_t key = detail::input_key(t, elements, seed);
   std::byte* p = out.data();
   if (detail::is_float(t.type)) {
-    for (std::uint64_t i = 0; i < n; ++i, p += width)
+    for (std::uint64_t i = first; i < first + count; ++i, p += width)
       detail::store_float(t.type, p, detail::float_sample(dist, t.type, key, i));
   } else {
-    for (std::uint64_t i = 0; i < n; ++i, p += width)
+    for (std::uint64_t i = first; i < first + count; ++i, p += width)
       detail::store_int(t.type, p, detail::int_sample(dist, t.type, key, i));
   }
+}
+
+inline std::vector<std::byte> make_input(const tensor_spec& t, std::int64_t elements, std::uint64_t seed,
+                                         std::optional<distribution> override) {
+  if (elements < 0) throw std::invalid_argument("make_input: negative element count");
+  std::vector<std::byte> out(static_cast<std::uint64_t>(elements) * size_of(t.type));
+  fill_input(t, elements, seed, override, 0, out);
   return out;
 }
 

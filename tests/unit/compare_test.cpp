@@ -237,3 +237,35 @@ TEST_CASE("repeated integer runs must be identical, and constant runs are not de
   CHECK(outputs_agree(out_spec(dtype::i32), bytes(a), bytes(a), "N=3").pass);
   CHECK_FALSE(outputs_agree(out_spec(dtype::i32), bytes(a), bytes(b), "N=3").pass);
 }
+
+TEST_CASE("the parallel comparison gives exactly the sequential result") {
+  const std::size_t n = (std::size_t{1} << 20) + 3;  // several slices and a ragged end
+  std::vector<float> want(n), got(n);
+  for (std::size_t i = 0; i < n; ++i) want[i] = got[i] = static_cast<float>(i % 977) * 0.5f - 100.0f;
+  const auto spec = out_spec(dtype::f32);
+  auto same = [&](const std::vector<float>& g, const std::vector<float>& w) {
+    const auto seq = compare_outputs(spec, bytes(g), bytes(w), "N");
+    const auto par = compare_outputs_parallel(spec, bytes(g), bytes(w), "N", 8);
+    CHECK(par.pass == seq.pass);
+    CHECK(par.stats == seq.stats);
+    CHECK(par.degenerate == seq.degenerate);
+    return par;
+  };
+  CHECK(same(got, want).pass);
+  // Mismatches in several slices: counts, maxima and the first indices in order.
+  for (std::size_t i : {std::size_t{3}, std::size_t{400000}, std::size_t{700001}, n - 1}) got[i] += 1.0f;
+  auto c = same(got, want);
+  CHECK(c.stats.count == 4);
+  CHECK(c.stats.first_indices == std::vector<std::uint64_t>{3, 400000, 700001, n - 1});
+  // Degenerate: constant across every slice, zero, and never written.
+  std::fill(got.begin(), got.end(), 1.0f);
+  CHECK_THAT(same(got, want).degenerate, Catch::Contains("same value"));
+  std::fill(got.begin(), got.end(), 0.0f);
+  CHECK_THAT(same(got, want).degenerate, Catch::Contains("every element is 0"));
+  std::vector<std::byte> poisoned(n * 4);
+  fill_poison(poisoned, dtype::f32);
+  const auto seq = compare_outputs(spec, poisoned, bytes(want), "N");
+  const auto par = compare_outputs_parallel(spec, poisoned, bytes(want), "N", 8);
+  CHECK(par.degenerate == seq.degenerate);
+  CHECK_THAT(par.degenerate, Catch::Contains("never written"));
+}

@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #ifndef SPECGEN_DEFAULT_WORKER
@@ -537,7 +538,8 @@ struct device_session::state {
       return finish(make(verdict_kind::wrong_result, fmt::format("modified its input '{}' at {} in the last timed run",
                                                                  recheck->inputs_changed.front(), where)));
     for (std::size_t k = 0; k < t.outputs.size(); ++k) {
-      comparison cmp = compare_outputs(t.outputs[k], recheck->outputs[k], (**want)[k], where);
+      comparison cmp = compare_outputs_parallel(t.outputs[k], recheck->outputs[k], (**want)[k], where,
+                                                std::thread::hardware_concurrency());
       if (cmp.pass) continue;
       verdict v = make(verdict_kind::wrong_result,
                        "the last timed run, on fresh inputs, disagrees with the reference (work skipped or cached "
@@ -553,6 +555,10 @@ struct device_session::state {
     m.samples_us = cs->samples_us;
     m.metrics["noise"] = cs->noise;
     m.metrics["samples"] = static_cast<double>(cs->samples_us.size());
+    // Where the worker's time went (seconds): setup, warmup, sampling, cupti, timed_check, recheck, total.
+    if (auto ph = r.find("phases_s"); ph != r.end() && ph->is_object())
+      for (const auto& [name, v] : ph->items())
+        if (v.is_number()) m.metrics["worker_" + name + "_s"] = v.get<double>();
     if (bs) {
       m.baseline_median_us = bs->median_us;
       m.speedup = bs->median_us / cs->median_us;

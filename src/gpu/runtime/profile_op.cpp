@@ -273,6 +273,15 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
   if (!args) return unexpected(args.error());
   const auto binary = binary_of(r);
 
+  // Wall time of each phase, reported so the host can see where a profile goes.
+  const auto started = steady::now();
+  auto phase_mark = started;
+  json phases = json::object();
+  auto phase = [&](const char* name) {
+    const auto now = steady::now();
+    phases[name] = std::chrono::duration<double>(now - phase_mark).count();
+    phase_mark = now;
+  };
   auto ctx_or = w.context();
   if (!ctx_or) return unexpected(from(ctx_or.error()));
   gpu_context& ctx = **ctx_or;
@@ -310,12 +319,14 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
   if (auto g = io->fill_guards(); !g) return unexpected(g.error());
   if (auto s = io->settle(); !s) return unexpected(s.error());  // uploads and fills before the stream's work
   const bool persisting_reset = state.api->cuCtxResetPersistingL2Cache() == CUDA_SUCCESS;
+  phase("setup");
 
   for (int i = 0; i < args->warmup; ++i)
     for (side* s : {&*candidate, baseline ? &*baseline : nullptr})
       if (s)
         if (auto u = p.run_once(*s); !u) return unexpected(u.error());
 
+  phase("warmup");
   const auto t0 = steady::now();
   const auto budget = std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(args->max_seconds));
   if (baseline && args->interleave) {
@@ -328,13 +339,16 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
     if (auto s = p.sample_alone(*candidate, t0 + budget); !s) return unexpected(s.error());
   }
   const double sampling_seconds = std::chrono::duration<double>(steady::now() - t0).count();
+  phase("sampling");
 
   auto cupti = cupti_pass(p, *candidate);
   if (!cupti) return unexpected(cupti.error());
+  phase("cupti");
 
   // Everything since the guards were filled: warm-up, samples, baseline and CUPTI runs.
   auto timed_check = io->check();
   if (!timed_check) return unexpected(timed_check.error());
+  phase("timed_check");
 
   // The re-check: inputs the kernel has not seen, fresh guards and poison.
   for (std::size_t i = 0; i < t->inputs.size(); ++i)
@@ -351,6 +365,8 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
   if (!recheck_check) return unexpected(recheck_check.error());
   auto outputs = io->append_outputs({}, out_binary);
   if (!outputs) return unexpected(outputs.error());
+  phase("recheck");
+  phases["total"] = std::chrono::duration<double>(steady::now() - started).count();
 
   json recheck = {{"seed", args->recheck_seed}, {"elapsed_ms", *recheck_ms}};
   put_check(recheck, *recheck_check);
@@ -367,6 +383,7 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
               {"candidate", summary(*candidate)},
               {"baseline", baseline ? summary(*baseline) : json(nullptr)},
               {"sampling_seconds", sampling_seconds},
+              {"phases_s", std::move(phases)},
               {"sm_clock_mhz", clock},
               {"l2_flush_bytes", p.flush ? p.flush->size() : 0},
               {"persisting_l2_reset", persisting_reset},
