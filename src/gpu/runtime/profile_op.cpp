@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -314,8 +315,14 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
     if (!f) return unexpected(from(f.error()));
     p.flush = std::move(*f);
   }
-  if (!ctx.info().pci_bus_id.empty())
-    if (auto n = nvml_device::open(ctx.info().pci_bus_id)) p.nvml = *n;
+  if (!ctx.info().pci_bus_id.empty()) {
+    // Opened once per worker: nvmlInit costs a few hundred milliseconds.
+    static std::map<std::string, expected<nvml_device, std::string>> opened;
+    auto it = opened.find(ctx.info().pci_bus_id);
+    if (it == opened.end())
+      it = opened.emplace(ctx.info().pci_bus_id, nvml_device::open(ctx.info().pci_bus_id)).first;
+    if (it->second) p.nvml = *it->second;
+  }
   if (auto g = io->fill_guards(); !g) return unexpected(g.error());
   if (auto s = io->settle(); !s) return unexpected(s.error());  // uploads and fills before the stream's work
   const bool persisting_reset = state.api->cuCtxResetPersistingL2Cache() == CUDA_SUCCESS;
