@@ -296,10 +296,12 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
     baseline = std::move(*b);
   }
 
+  phase("setup_modules");
   auto io = io_set::allocate(ctx, *t, *shape, args->guard, std::byte{0xA5}, std::nullopt);
   if (!io) return unexpected(io.error());
   for (std::size_t i = 0; i < t->inputs.size(); ++i)
     if (auto g = io->generate_input(i, t->inputs[i], args->seed, std::nullopt); !g) return unexpected(g.error());
+  phase("setup_io");
   const auto pointers = io->pointers();
   for (side* s : {&*candidate, baseline ? &*baseline : nullptr}) {
     if (!s) continue;
@@ -308,6 +310,7 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
     s->prepared = std::move(*p);
   }
 
+  phase("setup_plans");
   profiler p{.ctx = ctx, .state = state, .io = *io, .args = *args};
   const auto l2 = static_cast<std::size_t>(std::max<std::int64_t>(0, ctx.info().l2_bytes));
   if (args->flush_l2 && l2 > 0) {
@@ -315,6 +318,7 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
     if (!f) return unexpected(from(f.error()));
     p.flush = std::move(*f);
   }
+  phase("setup_flush");
   if (!ctx.info().pci_bus_id.empty()) {
     // Opened once per worker: nvmlInit costs a few hundred milliseconds.
     static std::map<std::string, expected<nvml_device, std::string>> opened;
@@ -323,10 +327,12 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
       it = opened.emplace(ctx.info().pci_bus_id, nvml_device::open(ctx.info().pci_bus_id)).first;
     if (it->second) p.nvml = *it->second;
   }
+  phase("setup_nvml");
   if (auto g = io->fill_guards(); !g) return unexpected(g.error());
   if (auto s = io->settle(); !s) return unexpected(s.error());  // uploads and fills before the stream's work
+  phase("setup_guards");
   const bool persisting_reset = state.api->cuCtxResetPersistingL2Cache() == CUDA_SUCCESS;
-  phase("setup");
+  phase("setup_l2_reset");
 
   for (int i = 0; i < args->warmup; ++i)
     for (side* s : {&*candidate, baseline ? &*baseline : nullptr})
@@ -363,16 +369,19 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
       return unexpected(g.error());
   if (auto g = io->fill_guards(); !g) return unexpected(g.error());
   if (auto s = io->settle(); !s) return unexpected(s.error());
+  phase("recheck_inputs");
   if (auto l = candidate->prepared->reload(); !l) return unexpected(from(l.error()));
   if (auto po = io->poison_outputs_async(); !po) return unexpected(po.error());
   if (auto z = candidate->prepared->reset_scratch_async(); !z) return unexpected(from(z.error()));
   auto recheck_ms = candidate->prepared->timed_run(steady::now() + args->deadline, args->deadline);
   if (!recheck_ms) return unexpected(from(recheck_ms.error()));
+  phase("recheck_run");
   auto recheck_check = io->check();
   if (!recheck_check) return unexpected(recheck_check.error());
+  phase("recheck_check");
   auto outputs = io->append_outputs({}, out_binary);
   if (!outputs) return unexpected(outputs.error());
-  phase("recheck");
+  phase("recheck_outputs");
   phases["total"] = std::chrono::duration<double>(steady::now() - started).count();
 
   json recheck = {{"seed", args->recheck_seed}, {"elapsed_ms", *recheck_ms}};
