@@ -333,16 +333,26 @@ inline std::vector<std::byte> poison_pattern(dtype d) {
 /// partial element gets the pattern's leading bytes).
 inline void fill_poison(std::span<std::byte> buf, dtype d) {
   const auto pat = poison_pattern(d);
-  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = pat[i % pat.size()];
+  // One element, then copies of what is already written, doubling: a 64 MiB
+  // output is poisoned in milliseconds instead of a byte loop's tenth of a second.
+  const std::size_t head = std::min(buf.size(), pat.size());
+  std::memcpy(buf.data(), pat.data(), head);
+  for (std::size_t done = head; done < buf.size();) {
+    const std::size_t n = std::min(done, buf.size() - done);
+    std::memcpy(buf.data() + done, buf.data(), n);
+    done += n;
+  }
 }
 
 /// True when every byte of `buf` is still the poison of `d`: the kernel
 /// never wrote this output.
 inline bool is_poison(std::span<const std::byte> buf, dtype d) {
   const auto pat = poison_pattern(d);
-  for (std::size_t i = 0; i < buf.size(); ++i)
-    if (buf[i] != pat[i % pat.size()]) return false;
-  return true;
+  // The first element is the pattern, and the buffer repeats with the
+  // pattern's period (buf[i] == buf[i + width] everywhere): one memcmp.
+  const std::size_t head = std::min(buf.size(), pat.size());
+  if (std::memcmp(buf.data(), pat.data(), head) != 0) return false;
+  return buf.size() <= pat.size() || std::memcmp(buf.data(), buf.data() + pat.size(), buf.size() - pat.size()) == 0;
 }
 
 /// Bytes of guard placed before and after every device buffer. 256 keeps the

@@ -292,3 +292,25 @@ TEST_CASE("the checksum changes when any single byte changes") {
   CHECK(checksum(shorter) != sum);
   CHECK(checksum(std::vector<std::byte>(3)) != checksum(std::vector<std::byte>(4)));
 }
+
+TEST_CASE("fill_poison repeats the element pattern over any length, a partial element included") {
+  for (dtype d : {dtype::f16, dtype::bf16, dtype::f32, dtype::f64, dtype::i8, dtype::i32, dtype::i64}) {
+    const auto pat = poison_pattern(d);
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{8}, std::size_t{1001},
+                          std::size_t{65536 + 5}}) {
+      std::vector<std::byte> buf(n, std::byte{0});
+      fill_poison(buf, d);
+      bool same = true;
+      for (std::size_t i = 0; i < n; ++i) same = same && buf[i] == pat[i % pat.size()];
+      CHECK(same);
+      CHECK(is_poison(buf, d));
+      if (n > 0) {
+        buf[n - 1] ^= std::byte{1};  // the last byte, in the partial element if there is one
+        CHECK_FALSE(is_poison(buf, d));
+        buf[n - 1] ^= std::byte{1};
+        buf[n / 2] ^= std::byte{0x10};
+        CHECK_FALSE(is_poison(buf, d));
+      }
+    }
+  }
+}
