@@ -97,6 +97,10 @@ std::string find_worker_program(const std::string& configured) {
     const auto beside = self.parent_path() / "specgen-worker";
     if (std::filesystem::is_regular_file(beside, ec)) return beside.string();
   }
+#ifdef SPECGEN_INSTALLED_WORKER
+  // An installed specgen used from another program: the installed worker.
+  if (std::filesystem::is_regular_file(SPECGEN_INSTALLED_WORKER, ec)) return SPECGEN_INSTALLED_WORKER;
+#endif
   return SPECGEN_DEFAULT_WORKER;
 }
 
