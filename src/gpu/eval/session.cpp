@@ -33,7 +33,8 @@ using namespace eval_detail;
 namespace {
 
 /// Per-launch allowance (µs) for the gap between the events and the kernels
-/// CUPTI sees: launch latency of an empty stream, measured at 3-8 µs.
+/// CUPTI sees: the launch the events also bracket, 3-4 µs per kernel on an H200
+/// (docs/benchmarks.md, `gpu-cupti`).
 constexpr double launch_allowance_us = 10.0;
 
 verdict make(verdict_kind k, std::string summary, std::string log = {}) {

@@ -2,6 +2,7 @@
 
 #include "cubin_info.hpp"
 
+#include <specgen/detail/parallel.hpp>
 #include <specgen/inputs.hpp>
 #include <specgen/task_io.hpp>
 
@@ -14,7 +15,6 @@
 #include <cstring>
 #include <list>
 #include <memory>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -165,10 +165,9 @@ expected<void, failure> io_set::upload_input(std::size_t i, std::span<const std:
 
 namespace {
 
-/// A generated input and its checksum.
+/// A generated input.
 struct generated_input {
   std::vector<std::byte> bytes;
-  std::uint64_t sum = 0;
 };
 
 /// Generated inputs by (spec, elements, seed, distribution), least recently
@@ -195,7 +194,6 @@ class input_cache {
     auto made = std::make_shared<generated_input>();
     made->bytes.resize(static_cast<std::size_t>(elements) * size_of(spec.type));
     fill_parallel(spec, elements, seed, dist, made->bytes);
-    made->sum = checksum(made->bytes);
     if (made->bytes.size() <= budget_) {
       order_.emplace_front(key, made);
       index_[std::move(key)] = order_.begin();
@@ -210,23 +208,16 @@ class input_cache {
   }
 
  private:
-  /// `fill_input` over slices on every core for large inputs: the generator
-  /// is counter-based, so the bytes are those of `make_input`.
+  /// `fill_input` over slices on every core: the generator is counter-based,
+  /// so the bytes are those of `make_input`.
   static void fill_parallel(const tensor_spec& spec, std::int64_t elements, std::uint64_t seed,
                             std::optional<distribution> dist, std::span<std::byte> out) {
-    const auto n = static_cast<std::uint64_t>(elements);
-    const std::uint64_t per_thread_min = 1u << 18;
-    const auto threads = static_cast<std::uint64_t>(
-        std::clamp<std::uint64_t>(n / per_thread_min, 1, std::max(1u, std::thread::hardware_concurrency())));
-    if (threads == 1) return fill_input(spec, elements, seed, dist, 0, out);
     const std::size_t width = size_of(spec.type);
-    std::vector<std::jthread> pool;
-    for (std::uint64_t k = 0; k < threads; ++k) {
-      const std::uint64_t first = n * k / threads, last = n * (k + 1) / threads;
-      pool.emplace_back([&, first, last] {
-        fill_input(spec, elements, seed, dist, first, out.subspan(first * width, (last - first) * width));
-      });
-    }
+    specgen::detail::for_each_slice(static_cast<std::size_t>(elements), 0,
+                                    [&](std::size_t, std::size_t first, std::size_t last) {
+                                      fill_input(spec, elements, seed, dist, first,
+                                                 out.subspan(first * width, (last - first) * width));
+                                    });
   }
 
   std::size_t budget_ = 0, held_ = 0;
@@ -247,7 +238,6 @@ expected<void, failure> io_set::generate_input(std::size_t i, const tensor_spec&
   const auto elements = static_cast<std::int64_t>(in.buffer.size() / size_of(spec.type));
   auto g = generated_inputs().get(spec, elements, seed, dist);
   if (auto u = in.buffer.upload(g->bytes); !u) return unexpected(from(u.error()));
-  in.checksum = g->sum;
   in.uploaded = std::shared_ptr<const std::vector<std::byte>>(g, &g->bytes);
   return {};
 }

@@ -320,7 +320,7 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
   }
   phase("setup_flush");
   if (!ctx.info().pci_bus_id.empty()) {
-    // Opened once per worker: nvmlInit costs a few hundred milliseconds.
+    // Opened once per worker: the device does not change between requests.
     static std::map<std::string, expected<nvml_device, std::string>> opened;
     auto it = opened.find(ctx.info().pci_bus_id);
     if (it == opened.end())
