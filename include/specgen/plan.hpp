@@ -78,11 +78,54 @@ struct launch_step {
   }
 };
 
+/// `call FUNCTION(args)`: a vendor-library routine (cuBLAS) run in plan order.
+/// Only trusted plans (a task's reference or baseline) may call; candidates
+/// launch their own kernels (`launch_plan::has_calls`, `check_candidate_plan`).
+struct call_step {
+  std::string function{};
+  std::vector<plan_arg> args{};
+  std::size_t before_launch = 0;  ///< runs after launches [0, before_launch) and before the rest
+  int line = 0;                   ///< 1-based line (not part of equality)
+  friend bool operator==(const call_step& a, const call_step& b) noexcept {
+    return a.function == b.function && a.args == b.args && a.before_launch == b.before_launch;
+  }
+};
+
+/// A library routine a trusted plan may call. Row-major buffers, fp32
+/// accumulation (no TF32), buffers of one dtype: f32, f16 or bf16 (gemv: f32).
+struct library_function {
+  std::string_view name;
+  std::string_view signature;  ///< parameter names; upper-case after the buffers: sizes
+  std::size_t buffers = 0;     ///< the first `buffers` parameters are buffers, the rest sizes
+  std::string_view meaning;
+};
+
+inline constexpr std::array<library_function, 4> library_functions{{
+    {"gemm", "A, B, C, M, N, K", 3, "C[M,N] = A[M,K] . B[K,N]"},
+    {"gemm_nt", "A, B, C, M, N, K", 3, "C[M,N] = A[M,K] . B[N,K]^T"},
+    {"gemm_batched", "A, B, C, BATCH, M, N, K", 3, "C[b] = A[b] . B[b]; A[BATCH,M,K], B[BATCH,K,N], C[BATCH,M,N]"},
+    {"gemv", "A, x, y, M, K", 3, "y[M] = A[M,K] . x[K] (f32)"},
+}};
+
+inline const library_function* find_library_function(std::string_view name) noexcept {
+  for (const auto& f : library_functions)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+/// How many parameters `f` takes.
+constexpr std::size_t arity(const library_function& f) noexcept {
+  return static_cast<std::size_t>(std::count(f.signature.begin(), f.signature.end(), ',')) + 1;
+}
+
 /// A parsed plan. Equality ignores source positions: two plans are equal when
 /// they declare and launch the same things.
 struct launch_plan {
   std::vector<scratch_decl> scratch{};
   std::vector<launch_step> launches{};
+  std::vector<call_step> calls{};  ///< in plan order (trusted plans only)
+
+  [[nodiscard]] bool has_calls() const noexcept { return !calls.empty(); }
 
   /// Canonical text: scratch declarations first, then launches in order, every
   /// clause written out, expressions in canonical form.
@@ -96,15 +139,26 @@ struct launch_plan {
     for (const auto& s : scratch)
       out += fmt::format("scratch {} : {}[{}]{}\n", s.name, specgen::to_string(s.type), list(s.shape),
                          s.zero ? " zero" : "");
-    for (const auto& l : launches) {
+    auto arg_list = [](const std::vector<plan_arg>& v) {
       std::string args;
-      for (std::size_t i = 0; i < l.args.size(); ++i) {
-        args += (i ? ", " : "") + l.args[i].value.to_string();
-        if (l.args[i].cast) args += *l.args[i].cast == scalar_type::i32 ? ":i32" : ":i64";
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        args += (i ? ", " : "") + v[i].value.to_string();
+        if (v[i].cast) args += *v[i].cast == scalar_type::i32 ? ":i32" : ":i64";
       }
+      return args;
+    };
+    std::size_t next_call = 0;
+    auto calls_before = [&](std::size_t launch) {
+      for (; next_call < calls.size() && calls[next_call].before_launch <= launch; ++next_call)
+        out += fmt::format("call {}({})\n", calls[next_call].function, arg_list(calls[next_call].args));
+    };
+    for (std::size_t i = 0; i < launches.size(); ++i) {
+      calls_before(i);
+      const auto& l = launches[i];
       out += fmt::format("launch {} grid({}) block({}) smem({}) args({})\n", l.kernel, list(l.grid),
-                         list(l.block), l.smem.to_string(), args);
+                         list(l.block), l.smem.to_string(), arg_list(l.args));
     }
+    calls_before(launches.size());
     return out;
   }
   friend bool operator==(const launch_plan&, const launch_plan&) = default;
@@ -188,11 +242,22 @@ struct resolved_scratch {
   friend bool operator==(const resolved_scratch&, const resolved_scratch&) = default;
 };
 
+/// A library call with every argument evaluated and its buffers checked.
+struct resolved_call {
+  std::string function{};
+  std::vector<resolved_arg> args{};  ///< buffers first, then sizes (i64), as `library_function::signature`
+  dtype type = dtype::f32;           ///< the buffers' dtype
+  std::size_t before_launch = 0;
+  int line = 0;
+  friend bool operator==(const resolved_call&, const resolved_call&) = default;
+};
+
 /// A plan evaluated for one shape and checked against one device: what the
 /// runtime launches.
 struct resolved_plan {
   std::vector<resolved_scratch> scratch{};
   std::vector<resolved_launch> launches{};
+  std::vector<resolved_call> calls{};
   [[nodiscard]] std::int64_t scratch_bytes() const noexcept {
     std::int64_t b = 0;
     for (const auto& s : scratch) b += s.bytes;  // each and the sum were checked by resolve
@@ -258,7 +323,7 @@ class plan_parser {
       if (auto err = parse_line(line)) return unexpected(std::move(*err));
       start = end + 1;
     }
-    if (plan_.launches.empty())
+    if (plan_.launches.empty() && plan_.calls.empty())
       return unexpected(plan_error{0, 0, "", "the plan launches no kernel; write at least one line "
                                              "'launch KERNEL grid(...) block(...) args(...)'"});
     return std::move(plan_);
@@ -283,7 +348,8 @@ class plan_parser {
     const std::string_view word = read_word();
     if (word == "launch") return parse_launch();
     if (word == "scratch") return parse_scratch();
-    return err(at, "", fmt::format("expected a line starting with 'launch' or 'scratch', found '{}'",
+    if (word == "call") return parse_call();
+    return err(at, "", fmt::format("expected a line starting with 'launch', 'scratch' or 'call', found '{}'",
                                    word.empty() ? line.substr(at, 1) : word));
   }
 
@@ -401,6 +467,35 @@ class plan_parser {
       arg.value = std::move(*e);
       out.push_back(std::move(arg));
     }
+    return std::nullopt;
+  }
+
+  maybe_error parse_call() {
+    call_step step{.before_launch = plan_.launches.size(), .line = line_};
+    skip_space();
+    const std::size_t name_at = pos_;
+    step.function = std::string(read_word());
+    const library_function* f = find_library_function(step.function);
+    if (!f) {
+      std::vector<std::string> known;
+      for (const auto& g : library_functions) known.emplace_back(g.name);
+      return err(name_at, "call",
+                 step.function.empty()
+                     ? fmt::format("expected a library function after 'call', found {}", found_here())
+                     : fmt::format("unknown library function '{}' (known: {})", step.function, join_names(known)));
+    }
+    skip_space();
+    if (pos_ == line_text_.size() || line_text_[pos_] != '(')
+      return err(pos_, "call", fmt::format("expected '(' after {}, found {}", step.function, found_here()));
+    auto inner = bracketed('(', ')', "call");
+    if (!inner) return inner.error();
+    if (auto a = parse_args(*inner, step.args)) return a;
+    if (step.args.size() != arity(*f))
+      return err(inner->offset, "call",
+                 fmt::format("{} takes {} arguments ({}), got {}", f->name, arity(*f), f->signature, step.args.size()));
+    skip_space();
+    if (pos_ != line_text_.size()) return err(pos_, "call", fmt::format("unexpected {} after the call", found_here()));
+    plan_.calls.push_back(std::move(step));
     return std::nullopt;
   }
 
@@ -636,7 +731,91 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
                                       limits.max_param_bytes));
     out.launches.push_back(std::move(r));
   }
+
+  for (const auto& c : plan.calls) {
+    const library_function& f = *find_library_function(c.function);  // parse_plan admits known ones only
+    auto fail = [&](int column, std::string field, std::string msg) {
+      return unexpected(plan_error{c.line, column, std::move(field), std::move(msg)});
+    };
+    resolved_call rc{.function = c.function, .before_launch = c.before_launch, .line = c.line};
+    std::vector<std::pair<dtype, std::int64_t>> buffers;  // dtype, elements
+    for (std::size_t i = 0; i < c.args.size(); ++i) {
+      const auto& a = c.args[i];
+      const std::string field = fmt::format("{}.args[{}]", c.function, i);
+      auto name = a.value.as_name();
+      const bool buffer_name = name && !values.count(std::string(*name)) && is_buffer(std::string(*name));
+      resolved_arg ra;
+      if (i < f.buffers) {
+        if (!buffer_name)
+          return fail(a.column, field,
+                      fmt::format("'{}' must be a buffer ({} takes {})", a.value.to_string(), f.name, f.signature));
+        const std::string n(*name);
+        dtype type = dtype::f32;
+        std::int64_t elements = -1;
+        for (const auto& sc : out.scratch)
+          if (sc.name == n) type = sc.type, elements = sc.elements, ra.role = buffer_role::scratch;
+        for (int list = 0; list < 2 && elements < 0; ++list)
+          for (const auto& b : list == 0 ? t.inputs : t.outputs) {
+            if (b.name != n) continue;
+            type = b.type;
+            ra.role = list == 0 ? buffer_role::input : buffer_role::output;
+            elements = 1;
+            for (const auto& dim : b.shape) {
+              auto e = parse_size_expr(dim);
+              auto v = e ? e->eval(values) : expected<std::int64_t, expr_error>(unexpected(e.error()));
+              if (!v || __builtin_mul_overflow(elements, *v, &elements))
+                return fail(a.column, field, fmt::format("the shape of '{}' does not evaluate", n));
+            }
+          }
+        ra.is_buffer = true;
+        ra.buffer = n;
+        buffers.emplace_back(type, elements);
+      } else {
+        if (buffer_name) return fail(a.column, field, fmt::format("'{}' is a buffer; {} takes {}", *name, f.name, f.signature));
+        auto v = eval(a.value, c.line, a.column, field);
+        if (!v) return unexpected(v.error());
+        if (*v < 1 || *v > std::numeric_limits<std::int32_t>::max())
+          return fail(a.column, field, fmt::format("{} must be in [1, 2^31)", shown(a.value, *v)));
+        ra.value = *v;
+        ra.type = scalar_type::i64;
+      }
+      rc.args.push_back(std::move(ra));
+    }
+    rc.type = buffers[0].first;
+    const bool gemv = f.name == "gemv";
+    if (gemv ? rc.type != dtype::f32 : !(rc.type == dtype::f32 || rc.type == dtype::f16 || rc.type == dtype::bf16))
+      return fail(0, c.function, fmt::format("{} buffers may not be {} (supported: {})", f.name, to_string(rc.type),
+                                             gemv ? "f32" : "f32, f16, bf16"));
+    for (std::size_t i = 1; i < buffers.size(); ++i)
+      if (buffers[i].first != rc.type)
+        return fail(0, c.function, fmt::format("'{}' is {} but '{}' is {}; the buffers must share one dtype",
+                                               rc.args[i].buffer, to_string(buffers[i].first), rc.args[0].buffer,
+                                               to_string(rc.type)));
+    // Elements each buffer must hold: the routine reads and writes exactly these.
+    // In double: exact below 2^53 elements, far beyond any buffer, and never overflowing.
+    auto size = [&](std::size_t k) { return static_cast<double>(rc.args[f.buffers + k].value); };
+    std::array<double, 3> need{};
+    if (f.name == "gemm" || f.name == "gemm_nt") need = {size(0) * size(2), size(2) * size(1), size(0) * size(1)};
+    else if (f.name == "gemm_batched")
+      need = {size(0) * size(1) * size(3), size(0) * size(3) * size(2), size(0) * size(1) * size(2)};
+    else need = {size(0) * size(1), size(1), size(0)};  // gemv
+    for (std::size_t i = 0; i < 3; ++i)
+      if (static_cast<double>(buffers[i].second) < need[i])
+        return fail(0, c.function, fmt::format("'{}' holds {} elements; {}({}) needs {:.0f}", rc.args[i].buffer,
+                                               buffers[i].second, f.name, f.signature, need[i]));
+    out.calls.push_back(std::move(rc));
+  }
   return out;
+}
+
+/// Why a candidate's plan is refused although it parses: candidates launch
+/// their own kernels and may not call library routines. Empty when fine.
+inline std::optional<plan_error> check_candidate_plan(const launch_plan& plan) {
+  if (!plan.has_calls()) return std::nullopt;
+  return plan_error{plan.calls.front().line, 0, "call",
+                    fmt::format("'call {}' is for a task's reference and baseline only; a candidate launches its own "
+                                "kernels",
+                                plan.calls.front().function)};
 }
 
 SPECGEN_END_NAMESPACE

@@ -371,10 +371,11 @@ inline expected<void, task_error> validate_task(const task& t, const device_limi
       return fail(at, im.is_host() ? "give either 'host' or 'source' with 'plan', not both"
                                    : "give 'source' (or 'source_file') with 'plan', or 'host'");
     if (im.is_host()) continue;
-    if (im.source.empty()) return fail(at + "/source", "the plan needs device source: give 'source' or 'source_file'");
     if (im.plan.empty()) return fail(at + "/plan", "the source needs a launch plan: give 'plan'");
     auto plan = parse_plan(im.plan);
     if (!plan) return fail(at + "/plan", plan.error().what());
+    if (im.source.empty() && !plan->launches.empty())
+      return fail(at + "/source", "the plan launches kernels: give their device source in 'source' or 'source_file'");
     for (const auto& k : kernel_names(*plan)) {
       // A whole-word occurrence is enough here: the compiler gives the precise error.
       bool found = false;

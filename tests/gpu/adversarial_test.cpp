@@ -164,11 +164,15 @@ std::vector<specgen::shape_binding> all_shapes(const specgen::task& t) {
   return shapes;
 }
 
+enum class trust { task_plan, candidate };
+
 /// Why the plan cannot run against `kernels` on an H200 at some shape of the task, or "".
 std::string plan_problem(const specgen::task& t, const std::string& plan_text,
-                         const std::vector<gpu::kernel_resources>& kernels) {
+                         const std::vector<gpu::kernel_resources>& kernels, trust who) {
   auto plan = specgen::parse_plan(plan_text);
   if (!plan) return plan.error().what();
+  if (who == trust::candidate)
+    if (auto refused = specgen::check_candidate_plan(*plan)) return refused->what();
   for (const auto& k : specgen::kernel_names(*plan))
     if (std::none_of(kernels.begin(), kernels.end(), [&](const auto& r) { return r.name == k; }))
       return "the plan launches '" + k + "', which the compiled source does not define";
@@ -240,7 +244,7 @@ TEST_CASE("NVRTC compiles exactly the corpus kernels that should compile, and th
         INFO(file);
         auto r = nvrtc.compile(impl->source, {.arch = "sm_90a", .options = t.compile_options});
         REQUIRE(r.has_value());
-        CHECK(plan_problem(t, impl->plan, (*r)->kernels).empty());
+        CHECK(plan_problem(t, impl->plan, (*r)->kernels, trust::task_plan).empty());
       }
   }
 
@@ -262,7 +266,7 @@ TEST_CASE("NVRTC compiles exactly the corpus kernels that should compile, and th
                       expects(e, verdict_kind::compile_error);
       } else {
         compile_text = fmt::format("ok ({} regs)", gpu::to_report(**r).registers);
-        detail = plan_problem(t, e.plan, (*r)->kernels);
+        detail = plan_problem(t, e.plan, (*r)->kernels, trust::candidate);
         if (expects(e, verdict_kind::compile_error)) as_expected = false;
         else if (expects(e, verdict_kind::invalid_plan)) as_expected = !detail.empty();
         else as_expected = detail.empty();

@@ -105,7 +105,7 @@ TEST_CASE("kernel_names lists each launched kernel once, in launch order") {
 
 TEST_CASE("parse errors name the line, the column, the field and the problem") {
   CHECK(parse_fails("launch k grid(1) block(1)\nlauch k grid(1)").what() ==
-        "line 2, column 1: expected a line starting with 'launch' or 'scratch', found 'lauch'");
+        "line 2, column 1: expected a line starting with 'launch', 'scratch' or 'call', found 'lauch'");
   CHECK(parse_fails("launch k grid(N +) block(32)").what() ==
         "line 1, column 18: grid.x: expected a number, a name or '(', found the end");
   CHECK(parse_fails("launch k grid(N) threads(32)").what() ==
@@ -245,4 +245,84 @@ TEST_CASE("device limits round-trip through JSON and default to an H200") {
   CHECK(j.at("max_dynamic_smem_bytes") == 166 * 1024);
   CHECK(j.get<device_limits>() == a100);
   CHECK(nlohmann::json::object().get<device_limits>() == h200);
+}
+
+namespace {
+
+/// y[M, N] = x[M, K] . w[N, K]^T (+ bias, ReLU): a library call then a kernel.
+task linear_task() {
+  return task{.name = "linear",
+              .description = "linear layer",
+              .symbols = {"M", "N", "K"},
+              .benchmark_shape = {{"M", 64}, {"N", 32}, {"K", 16}},
+              .validation_shapes = {{{"M", 3}, {"N", 5}, {"K", 7}}},
+              .inputs = {{.name = "x", .shape = {"M", "K"}}, {.name = "w", .shape = {"N", "K"}},
+                         {.name = "h", .type = dtype::f16, .shape = {"M", "K"}}},
+              .outputs = {{.name = "y", .shape = {"M", "N"}}}};
+}
+
+}  // namespace
+
+TEST_CASE("trusted plans call library routines in plan order") {
+  const auto p = parsed(
+      "scratch acc : f32[M, N]\n"
+      "call gemm_nt(x, w, acc, M, N, K)\n"
+      "launch bias_relu grid(cdiv(M * N, 256)) block(256) args(acc, y, M * N)\n"
+      "call gemm_nt(x, w, y, M, N, K)   # again, after the kernel\n");
+  REQUIRE(p.calls.size() == 2);
+  CHECK(p.calls[0].before_launch == 0);
+  CHECK(p.calls[1].before_launch == 1);
+  CHECK(p.calls[0].line == 2);
+  CHECK(p.has_calls());
+  CHECK(parsed(p.to_string()) == p);  // canonical text keeps the order
+  CHECK(p.to_string().find("call gemm_nt(x, w, acc, M, N, K)\nlaunch bias_relu") != std::string::npos);
+  CHECK(kernel_names(p) == std::vector<std::string>{"bias_relu"});
+
+  const auto r = resolve(p, linear_task(), {{"M", 64}, {"N", 32}, {"K", 16}});
+  REQUIRE(r);
+  REQUIRE(r->calls.size() == 2);
+  const auto& c = r->calls[0];
+  CHECK(c.function == "gemm_nt");
+  CHECK(c.type == dtype::f32);
+  CHECK(c.args[0] == resolved_arg{.is_buffer = true, .buffer = "x", .role = buffer_role::input});
+  CHECK(c.args[2] == resolved_arg{.is_buffer = true, .buffer = "acc", .role = buffer_role::scratch});
+  CHECK(c.args[3] == resolved_arg{.value = 64, .type = scalar_type::i64});
+  CHECK(c.args[5].value == 16);
+
+  // A plan may consist of calls alone.
+  CHECK(parsed("call gemm_nt(x, w, y, M, N, K)").launches.empty());
+}
+
+TEST_CASE("library calls are checked: name, arity, buffers, sizes, dtypes and capacity") {
+  CHECK(parse_fails("call gemmm(x, w, y, M, N, K)").what() ==
+        "line 1, column 6: call: unknown library function 'gemmm' (known: gemm, gemm_nt, gemm_batched, gemv)");
+  CHECK(parse_fails("call gemm(x, w, y, M, N)").message == "gemm takes 6 arguments (A, B, C, M, N, K), got 5");
+  CHECK(parse_fails("call gemm x, w").message == "expected '(' after gemm, found 'x, w'");
+
+  auto fails = [](const std::string& text) {
+    auto r = resolve(parsed(text), linear_task(), {{"M", 64}, {"N", 32}, {"K", 16}});
+    INFO(text);
+    REQUIRE_FALSE(r);
+    return r.error().what();
+  };
+  CHECK(fails("call gemm_nt(x, M, y, M, N, K)") ==
+        "line 1, column 17: gemm_nt.args[1]: 'M' must be a buffer (gemm_nt takes A, B, C, M, N, K)");
+  CHECK(fails("call gemm_nt(x, w, y, x, N, K)") ==
+        "line 1, column 23: gemm_nt.args[3]: 'x' is a buffer; gemm_nt takes A, B, C, M, N, K");
+  CHECK(fails("call gemm_nt(x, w, y, M - 64, N, K)") ==
+        "line 1, column 23: gemm_nt.args[3]: 'M - 64' = 0 must be in [1, 2^31)");
+  CHECK(fails("call gemm_nt(h, w, y, M, N, K)") ==
+        "line 1: gemm_nt: 'w' is f32 but 'h' is f16; the buffers must share one dtype");
+  CHECK(fails("call gemv(h, h, h, M, K)") == "line 1: gemv: gemv buffers may not be f16 (supported: f32)");
+  // w is [N, K] = 512 elements; gemm (not _nt) reads B as [K, N] with K = 2 * 16 here.
+  CHECK(fails("call gemm_nt(x, w, y, M, N, 2 * K)") ==
+        "line 1: gemm_nt: 'x' holds 1024 elements; gemm_nt(A, B, C, M, N, K) needs 2048");
+}
+
+TEST_CASE("a candidate plan may not call library routines") {
+  CHECK_FALSE(check_candidate_plan(parsed("launch k grid(1) block(1)")));
+  const auto refused = check_candidate_plan(parsed("launch k grid(1) block(1)\ncall gemm(x, w, y, M, N, K)"));
+  REQUIRE(refused);
+  CHECK(refused->what() ==
+        "line 2: call: 'call gemm' is for a task's reference and baseline only; a candidate launches its own kernels");
 }

@@ -247,8 +247,8 @@ inline verdict compile_failure_verdict(const compile_failure& f) {
   return verdict{.kind = verdict_kind::compile_error, .summary = std::move(summary), .log = f.log, .mismatch = {}};
 }
 
-/// Parses the plan and resolves it at every validation shape and the
-/// benchmark shape against `limits`; checks that every launched kernel is an
+/// Parses a candidate's plan (no library calls) and resolves it at every
+/// validation shape and the benchmark shape against `limits`; checks that every launched kernel is an
 /// entry point of the cubin when ptxas reported any. Empty when fine.
 inline std::optional<verdict> check_plan(const task& t, const std::string& plan_text, const device_info& dev,
                                          const compiled* binary) {
@@ -257,6 +257,7 @@ inline std::optional<verdict> check_plan(const task& t, const std::string& plan_
   };
   auto plan = parse_plan(plan_text);
   if (!plan) return invalid(fmt::format("the plan does not parse: {}", plan.error().what()));
+  if (auto refused = check_candidate_plan(*plan)) return invalid(refused->what());
   std::vector<shape_binding> shapes = t.validation_shapes;
   shapes.push_back(t.benchmark_shape);
   for (const auto& s : shapes) {

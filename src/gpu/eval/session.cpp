@@ -459,12 +459,12 @@ struct device_session::state {
 
     // The baseline: the task's own when it is device code, else the reference.
     const implementation* base = nullptr;
-    if (!t.baseline.is_host() && !t.baseline.source.empty()) base = &t.baseline;
+    if (!t.baseline.is_host() && !t.baseline.plan.empty()) base = &t.baseline;
     else if (t.baseline.is_host())
       notes.push_back(fmt::format("the baseline is the host callback '{}', which the worker cannot time: the candidate "
                                   "was timed alone and the speedup is 0",
                                   t.baseline.host));
-    else if (!t.reference.is_host() && !t.reference.source.empty()) base = &t.reference;
+    else if (!t.reference.is_host() && !t.reference.plan.empty()) base = &t.reference;
     else notes.push_back("the task has no device baseline: the candidate was timed alone and the speedup is 0");
     std::shared_ptr<const compiled> base_bin;
     if (base) {

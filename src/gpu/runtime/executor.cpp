@@ -53,7 +53,11 @@ expected<std::unique_ptr<gpu_context>, runtime_error> gpu_context::create(int de
 gpu_context::~gpu_context() {
   // After a fault or a timeout nothing is released: the calls may block on a
   // hung kernel, and the process is about to exit anyway.
-  if (!state_ || !state_->usable) return;
+  if (!state_ || !state_->usable) {
+    if (state_) static_cast<void>(state_->blas.release());  // its handle lives in the abandoned context
+    return;
+  }
+  state_->blas.reset();
   const auto& api = *state_->api;
   if (state_->stop) api.cuEventDestroy(state_->stop);
   if (state_->start) api.cuEventDestroy(state_->start);
@@ -260,7 +264,8 @@ expected<prepared_plan, runtime_error> prepared_plan::prepare(
   prepared_plan p;
   p.state_ = &s;
   p.launches_ = plan.launches;
-  buffer_pointers pointers = buffers;
+  buffer_pointers& pointers = p.pointers_;
+  pointers = buffers;
   for (const auto& sc : plan.scratch) {
     auto b = ctx.allocate(static_cast<std::size_t>(sc.bytes));
     if (!b) return unexpected(b.error());
@@ -273,6 +278,12 @@ expected<prepared_plan, runtime_error> prepared_plan::prepare(
     if (!params) return unexpected(params.error());
     p.params_.push_back(std::move(*params));
   }
+  if (!plan.calls.empty() && !s.blas) {
+    auto blas = cublas_session::open(s.stream);
+    if (!blas) return unexpected(blas.error());
+    s.blas = std::move(*blas);
+  }
+  p.calls_ = plan.calls;
   CUmodule from = context_access::handle(mod);
   if (fresh_cubin) {
     // The shared module may carry globals an earlier request wrote: the plan
@@ -293,6 +304,8 @@ expected<prepared_plan, runtime_error> prepared_plan::prepare(
 prepared_plan::prepared_plan(prepared_plan&& o) noexcept
     : state_(o.state_),
       launches_(std::move(o.launches_)),
+      calls_(std::move(o.calls_)),
+      pointers_(std::move(o.pointers_)),
       scratch_(std::move(o.scratch_)),
       zero_(std::move(o.zero_)),
       functions_(std::move(o.functions_)),
@@ -306,6 +319,8 @@ prepared_plan& prepared_plan::operator=(prepared_plan&& o) noexcept {
     unload_own();
     state_ = o.state_;
     launches_ = std::move(o.launches_);
+    calls_ = std::move(o.calls_);
+    pointers_ = std::move(o.pointers_);
     scratch_ = std::move(o.scratch_);
     zero_ = std::move(o.zero_);
     functions_ = std::move(o.functions_);
@@ -360,7 +375,15 @@ expected<void, runtime_error> prepared_plan::enqueue() {
   auto& s = *state_;
   if (auto u = s.require_usable(); !u) return u;
   used_ = true;  // even a refused launch may follow launches that ran
-  for (std::size_t i = 0; i < functions_.size(); ++i) {
+  std::size_t next_call = 0;
+  auto calls_before = [&](std::size_t launch) -> expected<void, runtime_error> {
+    for (; next_call < calls_.size() && calls_[next_call].before_launch <= launch; ++next_call)
+      if (auto c = s.blas->enqueue(calls_[next_call], pointers_); !c) return c;
+    return {};
+  };
+  for (std::size_t i = 0; i <= functions_.size(); ++i) {
+    if (auto c = calls_before(i); !c) return c;
+    if (i == functions_.size()) break;
     const auto& l = launches_[i];
     CUresult r = s.api->cuLaunchKernel(functions_[i], l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
                                        l.block[2], l.smem_bytes, s.stream, params_[i].data(), nullptr);

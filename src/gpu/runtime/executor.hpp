@@ -2,6 +2,7 @@
 // What a gpu_context holds behind its CUDA-free public header, and the pieces
 // of plan execution the worker's ops share: a plan prepared once and launched
 // many times, stream-ordered fills and copies, and waiting with a deadline.
+#include "cublas.hpp"
 #include "driver.hpp"
 #include "marshal.hpp"
 
@@ -26,6 +27,7 @@ struct context_state {
   CUevent start = nullptr;
   CUevent stop = nullptr;
   bool usable = true;  // false after a sticky error or a timeout
+  std::unique_ptr<cublas_session> blas{};  // on the stream, made by the first plan that calls a library routine
 
   /// CUDA_SUCCESS, or the error as a value (marking the context unusable when sticky).
   expected<void, runtime_error> check(CUresult r, runtime_error::kind k, std::string_view what) {
@@ -119,8 +121,8 @@ class prepared_plan {
    */
   expected<double, runtime_error> timed_run(std::chrono::steady_clock::time_point until, duration deadline);
 
-  /// Queues the launches alone (no events, no wait). A refused launch is
-  /// returned at once; the ones queued before it still run.
+  /// Queues the launches and library calls alone (no events, no wait). A
+  /// refused launch is returned at once; the ones queued before it still run.
   expected<void, runtime_error> enqueue();
 
   [[nodiscard]] std::size_t launches() const noexcept { return functions_.size(); }
@@ -133,6 +135,8 @@ class prepared_plan {
 
   context_state* state_ = nullptr;
   std::vector<resolved_launch> launches_;
+  std::vector<resolved_call> calls_;  // library calls, in plan order among the launches
+  buffer_pointers pointers_;          // every buffer by name, scratch included (for the calls)
   std::vector<device_buffer> scratch_;
   std::vector<bool> zero_;
   std::vector<CUfunction> functions_;
