@@ -178,6 +178,10 @@ struct response {
   nlohmann::json result{};  ///< when ok
   std::string error{};      ///< when !ok
   std::string binary{};     ///< e.g. an output buffer
+  /// Non-zero: the binary part is the first `bulk` bytes of the shared bulk
+  /// region (docs/worker-protocol.md, "Bulk region"), not in the frame; the
+  /// host copies it into `binary` before anyone else sees the response.
+  std::uint64_t bulk = 0;
 };
 
 [[nodiscard]] inline frame make_request(std::uint64_t id, const request& r) {
@@ -187,11 +191,16 @@ struct response {
 [[nodiscard]] inline frame make_response(std::uint64_t id, const response& r) {
   nlohmann::json j = r.ok ? nlohmann::json{{"ok", true}, {"result", r.result}}
                           : nlohmann::json{{"ok", false}, {"error", r.error}};
+  if (r.bulk) j["bulk"] = r.bulk;
   return {message_type::response, id, encode_body(j, r.binary)};
 }
 
 namespace detail {
 inline decode_error bad_body(std::string m) { return {decode_error::kind::bad_body, std::move(m)}; }
+/// The worker's descriptor of the bulk region (also in SPECGEN_WORKER_BULK_FD).
+inline constexpr int bulk_fd_in_worker = 3;
+/// Binary parts at least this large go through the bulk region when there is one.
+inline constexpr std::size_t bulk_threshold_bytes = std::size_t{1} << 20;
 }  // namespace detail
 
 [[nodiscard]] inline expected<request, decode_error> read_request(const frame& f) {
@@ -210,6 +219,13 @@ inline decode_error bad_body(std::string m) { return {decode_error::kind::bad_bo
   if (!j.is_object() || !j.contains("ok") || !j["ok"].is_boolean())
     return unexpected(detail::bad_body(fmt::format("response body needs a boolean \"ok\", got {}", j.dump().substr(0, 200))));
   response r{.ok = j["ok"].get<bool>(), .result = {}, .error = {}, .binary = std::move(body->binary)};
+  if (auto b = j.find("bulk"); b != j.end()) {
+    if (!b->is_number_unsigned() || !r.binary.empty())
+      return unexpected(detail::bad_body(fmt::format("\"bulk\" must be a byte count, with no binary part in the frame; "
+                                                     "got {} and {} binary bytes",
+                                                     b->dump().substr(0, 40), r.binary.size())));
+    r.bulk = b->get<std::uint64_t>();
+  }
   if (r.ok) {
     r.result = j.value("result", nlohmann::json());
   } else {

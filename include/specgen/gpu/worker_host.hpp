@@ -46,6 +46,10 @@ struct worker_config {
   duration heartbeat_interval = std::chrono::milliseconds(100);
   duration heartbeat_timeout = std::chrono::milliseconds(500);  ///< idle worker silent this long is replaced
   duration startup_timeout = std::chrono::seconds(10);          ///< spawn to hello (CUDA context creation)
+  /// Shared memory (a memfd mapped by both sides) through which the worker
+  /// returns large binary parts instead of the channel: one copy instead of
+  /// several. Reserved, not allocated: pages exist once written. 0: off.
+  std::uint64_t bulk_bytes = std::uint64_t{4} << 30;
   friend bool operator==(const worker_config&, const worker_config&) = default;
 };
 
@@ -55,7 +59,8 @@ inline void to_json(nlohmann::json& j, const worker_config& c) {
        {"device", c.device},
        {"heartbeat_interval_ns", c.heartbeat_interval.count()},
        {"heartbeat_timeout_ns", c.heartbeat_timeout.count()},
-       {"startup_timeout_ns", c.startup_timeout.count()}};
+       {"startup_timeout_ns", c.startup_timeout.count()},
+       {"bulk_bytes", c.bulk_bytes}};
 }
 inline void from_json(const nlohmann::json& j, worker_config& c) {
   specgen::detail::read(j, "program", c.program);
@@ -64,6 +69,7 @@ inline void from_json(const nlohmann::json& j, worker_config& c) {
   specgen::detail::read(j, "heartbeat_interval_ns", c.heartbeat_interval);
   specgen::detail::read(j, "heartbeat_timeout_ns", c.heartbeat_timeout);
   specgen::detail::read(j, "startup_timeout_ns", c.startup_timeout);
+  specgen::detail::read(j, "bulk_bytes", c.bulk_bytes);
 }
 
 /// Why a call got no response. Every kind but `spawn_failed` leaves a fresh
@@ -101,6 +107,7 @@ struct worker_stats {
   std::uint64_t cancellations = 0;
   std::uint64_t heartbeat_misses = 0;  ///< idle workers replaced for silence
   double last_respawn_seconds = 0;     ///< failure detected -> new worker's hello
+  std::uint64_t bulk_bytes = 0;        ///< response bytes that came through the bulk region
   friend bool operator==(const worker_stats&, const worker_stats&) = default;
 };
 

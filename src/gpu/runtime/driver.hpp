@@ -24,7 +24,8 @@ namespace gpu::detail {
   X(cuEventRecord) X(cuEventQuery) X(cuEventElapsedTime) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)     \
   X(cuMemcpyDtoH) X(cuMemsetD8) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)            \
   X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuCtxSynchronize) X(cuMemsetD8Async) X(cuMemcpyDtoDAsync)          \
-  X(cuCtxResetPersistingL2Cache) X(cuDeviceGetPCIBusId)
+  X(cuCtxResetPersistingL2Cache) X(cuDeviceGetPCIBusId) X(cuMemAllocHost) X(cuMemFreeHost)                     \
+  X(cuMemHostRegister) X(cuMemHostUnregister)
 
 struct driver_api {
 #define SPECGEN_CUDA_MEMBER(fn) decltype(&::fn) fn = nullptr;

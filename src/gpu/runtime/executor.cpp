@@ -59,6 +59,7 @@ gpu_context::~gpu_context() {
   }
   state_->blas.reset();
   const auto& api = *state_->api;
+  if (state_->staging_data) api.cuMemFreeHost(state_->staging_data);
   if (state_->stop) api.cuEventDestroy(state_->stop);
   if (state_->start) api.cuEventDestroy(state_->start);
   if (state_->stream) api.cuStreamDestroy(state_->stream);
@@ -152,6 +153,16 @@ expected<std::vector<std::byte>, runtime_error> device_buffer::download() const 
   return out;
 }
 
+expected<void, runtime_error> device_buffer::download_into(std::span<std::byte> out) const {
+  auto& s = *ctx_->state_;
+  if (auto u = s.require_usable(); !u) return u;
+  if (out.size() < size_)
+    throw std::length_error(fmt::format("download of {} bytes into {}", size_, out.size()));
+  if (size_ == 0) return {};
+  return s.check(s.api->cuMemcpyDtoH(out.data(), pointer(), size_), runtime_error::kind::internal,
+                 fmt::format("copying {} bytes from the GPU", size_));
+}
+
 expected<void, runtime_error> device_buffer::fill(std::byte value) {
   auto& s = *ctx_->state_;
   if (auto u = s.require_usable(); !u) return u;
@@ -189,6 +200,25 @@ expected<std::array<std::vector<std::byte>, 2>, runtime_error> device_buffer::re
 // ---- prepared_plan and run_plan -----------------------------------------------------
 
 namespace detail {
+
+expected<std::span<std::byte>, runtime_error> context_state::staging(std::size_t bytes) {
+  if (auto u = require_usable(); !u) return unexpected(u.error());
+  if (bytes > staging_bytes) {
+    constexpr std::size_t step = std::size_t{64} << 20;
+    const std::size_t want = (bytes + step - 1) / step * step;
+    if (staging_data) api->cuMemFreeHost(staging_data);
+    staging_data = nullptr;
+    staging_bytes = 0;
+    void* p = nullptr;
+    if (auto r = check(api->cuMemAllocHost(&p, want), runtime_error::kind::internal,
+                       fmt::format("cuMemAllocHost of {} bytes of staging", want));
+        !r)
+      return unexpected(r.error());
+    staging_data = p;
+    staging_bytes = want;
+  }
+  return std::span<std::byte>(static_cast<std::byte*>(staging_data), bytes);
+}
 
 expected<void, runtime_error> context_state::memset_async(std::uint64_t at, std::uint8_t value, std::size_t bytes) {
   if (auto u = require_usable(); !u) return u;

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
@@ -28,6 +29,8 @@ struct context_state {
   CUevent stop = nullptr;
   bool usable = true;  // false after a sticky error or a timeout
   std::unique_ptr<cublas_session> blas{};  // on the stream, made by the first plan that calls a library routine
+  void* staging_data = nullptr;            // page-locked host memory for downloads (cuMemAllocHost)
+  std::size_t staging_bytes = 0;
 
   /// CUDA_SUCCESS, or the error as a value (marking the context unusable when sticky).
   expected<void, runtime_error> check(CUresult r, runtime_error::kind k, std::string_view what) {
@@ -37,6 +40,11 @@ struct context_state {
     return unexpected(std::move(e));
   }
   expected<void, runtime_error> require_usable() const;
+
+  /// Page-locked host memory of at least `bytes`, reused by every download
+  /// that is read and dropped (input checks, outputs on their way to the
+  /// host); grown in steps of 64 MiB. Valid until the next call.
+  expected<std::span<std::byte>, runtime_error> staging(std::size_t bytes);
 
   /// `bytes` of `value` at `at`, queued on the context's stream.
   expected<void, runtime_error> memset_async(std::uint64_t at, std::uint8_t value, std::size_t bytes);

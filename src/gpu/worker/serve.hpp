@@ -12,10 +12,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <string_view>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 SPECGEN_BEGIN_NAMESPACE
@@ -43,6 +45,40 @@ inline int requested_device() {
 inline bool send_hello(const nlohmann::json& device) {
   nlohmann::json hello = {{"protocol", protocol_version}, {"pid", static_cast<long>(::getpid())}, {"device", device}};
   return send_frame({message_type::hello, 0, encode_body(hello)});
+}
+
+/// The bulk region the host shared (SPECGEN_WORKER_BULK_FD and _BYTES),
+/// mapped on first use; empty when there is none.
+struct bulk_region {
+  char* data = nullptr;
+  std::size_t size = 0;
+};
+
+inline const bulk_region& worker_bulk() {
+  static const bulk_region region = [] {
+    bulk_region r;
+    const char* fd = std::getenv("SPECGEN_WORKER_BULK_FD");
+    const char* bytes = std::getenv("SPECGEN_WORKER_BULK_BYTES");
+    if (!fd || !bytes) return r;
+    const std::size_t size = std::strtoull(bytes, nullptr, 10);
+    void* m = size ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, std::atoi(fd), 0)
+                   : MAP_FAILED;
+    if (m == MAP_FAILED) return r;
+    r.data = static_cast<char*>(m);
+    r.size = size;
+    return r;
+  }();
+  return region;
+}
+
+/// Moves a large binary part into the bulk region (`bulk` then says how
+/// much); a small one, or one that does not fit, stays in the frame.
+inline void use_bulk(response& r) {
+  const bulk_region& b = worker_bulk();
+  if (r.binary.size() < bulk_threshold_bytes || r.binary.size() > b.size) return;
+  std::memcpy(b.data, r.binary.data(), r.binary.size());
+  r.bulk = r.binary.size();
+  r.binary.clear();
 }
 
 using request_handler = std::function<response(const request&)>;
@@ -85,6 +121,7 @@ inline int serve(const exiting_request_handler& handle) {
           auto r = read_request(in);
           handled out = r ? handle(*r)
                           : handled{response{.ok = false, .result = {}, .error = r.error().message, .binary = {}}};
+          use_bulk(out.reply);
           const bool sent = send_frame(make_response(in.request_id, out.reply));
           if (out.exit_after) std::_Exit(2);
           if (!sent) return 0;

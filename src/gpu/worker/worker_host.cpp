@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,9 +44,33 @@ struct worker_process {
   worker_process() = default;
   worker_process(const worker_process&) = delete;
   worker_process& operator=(const worker_process&) = delete;
+  int bulk_fd = -1;                // the bulk region (a memfd), mapped read-only here
+  const std::byte* bulk = nullptr;
+  std::size_t bulk_size = 0;
+
   ~worker_process() {
     if (channel >= 0) ::close(channel);
     if (err >= 0) ::close(err);
+    if (bulk) ::munmap(const_cast<std::byte*>(bulk), bulk_size);
+    if (bulk_fd >= 0) ::close(bulk_fd);
+  }
+
+  /// The bulk region: a memfd of `bytes` (sparse), mapped here read-only. On
+  /// any failure the worker simply gets no region and uses the channel.
+  void open_bulk(std::size_t bytes) {
+    if (bytes == 0) return;
+    bulk_fd = ::memfd_create("specgen-worker-bulk", MFD_CLOEXEC);
+    if (bulk_fd < 0) return;
+    void* m = MAP_FAILED;
+    if (::ftruncate(bulk_fd, static_cast<off_t>(bytes)) == 0)
+      m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, bulk_fd, 0);
+    if (m == MAP_FAILED) {
+      ::close(bulk_fd);
+      bulk_fd = -1;
+      return;
+    }
+    bulk = static_cast<const std::byte*>(m);
+    bulk_size = bytes;
   }
 
   void keep_stderr(std::string_view bytes) {
@@ -184,6 +209,8 @@ expected<void, worker_failure> worker_host::spawn_locked() {
   posix_spawn_file_actions_adddup2(&actions, sv[1], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, sv[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, ep[1], STDERR_FILENO);
+  proc->open_bulk(static_cast<std::size_t>(config_.bulk_bytes));
+  if (proc->bulk_fd >= 0) posix_spawn_file_actions_adddup2(&actions, proc->bulk_fd, detail::bulk_fd_in_worker);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Its own process group, so one kill also reaches anything it started.
@@ -199,8 +226,14 @@ expected<void, worker_failure> worker_host::spawn_locked() {
 
   std::vector<std::string> env_store;
   for (char** e = environ; e && *e; ++e)
-    if (!std::string_view(*e).starts_with("SPECGEN_WORKER_DEVICE=")) env_store.emplace_back(*e);
+    if (!std::string_view(*e).starts_with("SPECGEN_WORKER_DEVICE=") &&
+        !std::string_view(*e).starts_with("SPECGEN_WORKER_BULK"))
+      env_store.emplace_back(*e);
   env_store.push_back(fmt::format("SPECGEN_WORKER_DEVICE={}", config_.device));
+  if (proc->bulk_fd >= 0) {
+    env_store.push_back(fmt::format("SPECGEN_WORKER_BULK_FD={}", detail::bulk_fd_in_worker));
+    env_store.push_back(fmt::format("SPECGEN_WORKER_BULK_BYTES={}", proc->bulk_size));
+  }
   std::vector<char*> envp;
   for (auto& s : env_store) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -403,6 +436,16 @@ expected<response, worker_failure> worker_host::call(const request& r, duration 
     if (!resp)
       return finish(worker_failure::kind::protocol_error,
                     fmt::format("the worker's response to \"{}\" is malformed: {}", r.op, resp.error().message));
+    if (resp->bulk) {
+      // The binary part waits in the bulk region until the next request: take it now.
+      if (!proc_->bulk || resp->bulk > proc_->bulk_size)
+        return finish(worker_failure::kind::protocol_error,
+                      fmt::format("the worker's response to \"{}\" puts {} bytes in a bulk region of {} bytes", r.op,
+                                  resp->bulk, proc_->bulk_size));
+      resp->binary.assign(reinterpret_cast<const char*>(proc_->bulk), static_cast<std::size_t>(resp->bulk));
+      std::lock_guard st(state_mutex_);
+      stats_.bulk_bytes += std::exchange(resp->bulk, 0);
+    }
     std::lock_guard st(state_mutex_);
     in_call_ = false;
     if (cancel_requested_) {

@@ -203,3 +203,21 @@ TEST_CASE("random bytes never crash the decoder") {
     CHECK(dec.buffered() <= junk.size());
   }
 }
+
+TEST_CASE("a response may say its binary part is in the bulk region, never both there and in the frame") {
+  auto moved = read_response(make_response(3, {.ok = true, .result = {{"n", 1}}, .error = {}, .binary = {}, .bulk = 4096}));
+  REQUIRE(moved);
+  CHECK(moved->bulk == 4096);
+  CHECK(moved->binary.empty());
+  auto plain = read_response(make_response(3, {.ok = true, .result = {}, .error = {}, .binary = "x"}));
+  REQUIRE(plain);
+  CHECK(plain->bulk == 0);
+
+  const std::string both = R"({"ok": true, "result": {}, "bulk": 10})";
+  auto body = [](const std::string& json, const std::string& bin) {
+    return encode_body(nlohmann::json::parse(json), bin);
+  };
+  CHECK_FALSE(read_response({message_type::response, 3, body(both, "xy")}));
+  CHECK_FALSE(read_response({message_type::response, 3, body(R"({"ok": true, "bulk": -1})", "")}));
+  CHECK(read_response({message_type::response, 3, body(both, "")}));
+}

@@ -61,6 +61,36 @@ TEST_CASE("the skeleton worker echoes and refuses validate with a healthy error 
   CHECK(w.stats().respawns == 0);
 }
 
+TEST_CASE("large binary parts come back through the bulk region, small ones and overflow through the channel") {
+  std::string big(8u << 20, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const request large{.op = "echo", .args = {{"x", 1}}, .binary = big};
+
+  worker_host w({.program = SPECGEN_WORKER});
+  REQUIRE(w.start());
+  auto small = w.call(echo(2), 2s);
+  REQUIRE(small);
+  CHECK(small->binary == "bin");
+  CHECK(w.stats().bulk_bytes == 0);
+  for (int round = 0; round < 2; ++round) {  // the region is reused
+    auto r = w.call(large, 5s);
+    REQUIRE(r);
+    CHECK(r->bulk == 0);  // the host has copied it out
+    CHECK(r->binary == big);
+  }
+  CHECK(w.stats().bulk_bytes == 2 * big.size());
+
+  // A region too small for the payload, and none at all: the channel carries it.
+  for (std::uint64_t region : {std::uint64_t{1} << 20, std::uint64_t{0}}) {
+    worker_host narrow({.program = SPECGEN_WORKER, .bulk_bytes = region});
+    REQUIRE(narrow.start());
+    auto r = narrow.call(large, 5s);
+    REQUIRE(r);
+    CHECK(r->binary == big);
+    CHECK(narrow.stats().bulk_bytes == 0);
+  }
+}
+
 TEST_CASE("a worker that hangs on a request times out near its deadline and is replaced") {
   worker_host w(fake("hang"));
   REQUIRE(w.start());
