@@ -14,6 +14,7 @@
 
 #include <specgen/gpu/evaluation.hpp>
 #include <specgen/gpu/runtime.hpp>
+#include <specgen/cost_table.hpp>
 #include <specgen/task_io.hpp>
 
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -160,7 +162,10 @@ int bench_latency(const programs::args& a) {
   const int device = a.number<int>("device", 0);
 
   temp_dir cold("latency");
-  auto s = open_session(session_for(device, cold.path.string()));
+  auto config = session_for(device, cold.path.string());
+  // --hardware-metrics: the range-profiler pass too (its cost shows in the profile time).
+  config.profile.hardware_metrics = a.has("hardware-metrics");
+  auto s = open_session(config);
   fmt::print("specgen-bench gpu-latency: {} ({}), {} task(s) x their kernels x {} rep(s); cold cache {}\n",
              s->device().name, s->device().arch, tasks.size(), reps, cold.path.string());
 
@@ -467,16 +472,197 @@ int bench_respawn(const programs::args& a) {
   return 0;
 }
 
+// ---- calibrate ---------------------------------------------------------------------------
+
+/// One labelled candidate of a suite (tasks/suite/candidates/<task>/<name>.json).
+struct labelled {
+  std::string task, name, source, plan, expect, speed, why;
+};
+
+std::vector<labelled> load_candidates(const std::filesystem::path& dir) {
+  std::vector<labelled> out;
+  if (!std::filesystem::is_directory(dir)) return out;
+  std::vector<std::filesystem::path> files;
+  for (const auto& task_dir : std::filesystem::directory_iterator(dir))
+    if (task_dir.is_directory())
+      for (const auto& f : std::filesystem::directory_iterator(task_dir.path()))
+        if (f.path().extension() == ".json") files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    const auto j = nlohmann::json::parse(in, nullptr, true, true);
+    auto text = [&](const char* key) {
+      const auto& v = j.at(key);
+      if (!v.is_array()) return v.get<std::string>();
+      std::string lines;
+      for (const auto& l : v) lines += l.get<std::string>() + "\n";
+      return lines;
+    };
+    labelled c{.task = j.at("task").get<std::string>(),
+               .name = j.at("name").get<std::string>(),
+               .source = {},
+               .plan = text("plan"),
+               .expect = j.at("expect").get<std::string>(),
+               .speed = j.value("speed", ""),
+               .why = j.value("why", "")};
+    std::ifstream src(f.parent_path() / j.at("source_file").get<std::string>(), std::ios::binary);
+    if (!src) throw std::runtime_error(fmt::format("{}: cannot read its source_file", f.string()));
+    c.source.assign(std::istreambuf_iterator<char>(src), std::istreambuf_iterator<char>());
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+/// Relative standard deviation of one sample, robustly (1.4826 MAD / median).
+double sample_noise(std::vector<double> v) {
+  if (v.size() < 2) return 0;
+  const double m = median(v);
+  for (auto& x : v) x = std::abs(x - m);
+  return m > 0 ? 1.4826 * median(v) / m : 0;
+}
+
+/// Every candidate of a suite through compile, validate and profile on one
+/// GPU: the cost table the simulated device answers from, and each observed
+/// verdict and speed checked against its label.
+int bench_calibrate(const programs::args& a) {
+  const std::filesystem::path suite = a.has("suite") ? a.get("suite") : "tasks/suite";
+  auto tasks = load_suite(suite / "tasks");
+  if (!tasks) throw std::runtime_error(tasks.error().what());
+  std::vector<labelled> cands = load_candidates(suite / "candidates");
+  if (a.has("task"))
+    std::erase_if(cands, [&](const labelled& c) { return c.task != a.get("task"); });
+  const auto gpus = gpus_or_explain();
+  if (!gpus) return 0;
+  temp_dir cache("calibrate");
+  auto config = session_for(a.number<int>("device", 0), cache.path.string());
+  auto s = open_session(config);
+  const auto started = steady::now();
+  fmt::print("specgen-bench calibrate: {} ({}), {} tasks, {} candidates\n", s->device().name, s->device().arch,
+             tasks->size(), cands.size());
+
+  cost_table table;
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<double> overheads;
+  int verdict_mismatches = 0, speed_mismatches = 0;
+  fmt::print("{:<18} {:<30} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7}  {:<14} {}\n", "task", "candidate", "compile", "validate",
+             "profile", "median us", "base us", "speedup", "verdict", "label check");
+  for (const auto& t : *tasks) {
+    // The first evaluation of a task computes its reference outputs: outside the timings.
+    const evaluation warm = s->evaluate(t, make_candidate(t, t.reference, 0, 0));
+    if (warm.result.kind != verdict_kind::ok)
+      fmt::print("{}: the reference itself gets {}\n", t.name, verdict_text(warm.result));
+    for (const auto& c : cands) {
+      if (c.task != t.name) continue;
+      const candidate cand{.id = table.kernels.size() + 1, .task = t.name, .source = c.source, .plan = c.plan};
+      cost_entry e{.task = t.name, .label = c.name};
+      auto t0 = steady::now();
+      const gpu::compile_outcome built = s->compile(t, cand);
+      e.compile_s = built.binary ? built.binary->seconds : since(t0);
+      verdict v = built.result;
+      if (v.kind == verdict_kind::ok) {
+        t0 = steady::now();
+        v = s->validate(t, cand);
+        e.validate_s = since(t0);
+      }
+      std::optional<measurement> m;
+      double profile_wall = 0;
+      if (v.kind == verdict_kind::ok) {
+        t0 = steady::now();
+        const evaluation ev = s->profile(t, cand);
+        profile_wall = since(t0);
+        v = ev.result;
+        m = ev.timing;
+      }
+      e.verdict = v.kind;
+      e.summary = v.summary;
+      e.log = v.log.substr(0, 2000);
+      double speedup = 0;
+      if (m) {
+        e.runtime_us = m->median_us;
+        e.baseline_us = m->baseline_median_us;
+        e.noise = sample_noise(m->samples_us);
+        speedup = m->speedup;
+        if (auto it = m->metrics.find("worker_sampling_s"); it != m->metrics.end())
+          overheads.push_back(profile_wall - it->second);
+      }
+      const bool verdict_ok = c.expect == to_string(v.kind);
+      std::string speed_seen;
+      if (v.kind == verdict_kind::ok && speedup > 0)
+        speed_seen = speedup > 1.05 ? "faster" : speedup < 0.95 ? "slower" : "similar";
+      const bool speed_ok = c.speed.empty() || speed_seen.empty() || c.speed == speed_seen;
+      verdict_mismatches += verdict_ok ? 0 : 1;
+      speed_mismatches += speed_ok ? 0 : 1;
+      const std::string check = !verdict_ok ? fmt::format("VERDICT expected {}", c.expect)
+                                : !speed_ok ? fmt::format("SPEED labelled {}, measured {}", c.speed, speed_seen)
+                                            : "as labelled";
+      fmt::print("{:<18} {:<30} {:>8.3f} {:>8.3f} {:>8.3f} {:>10.1f} {:>10.1f} {:>7.2f}  {:<14} {}\n", t.name, c.name,
+                 e.compile_s, e.validate_s, profile_wall, e.runtime_us, e.baseline_us, speedup, to_string(v.kind), check);
+      rows.push_back({{"task", t.name},
+                      {"candidate", c.name},
+                      {"expect", c.expect},
+                      {"speed_label", c.speed},
+                      {"verdict", to_string(v.kind)},
+                      {"summary", v.summary},
+                      {"speed_seen", speed_seen},
+                      {"speedup", speedup},
+                      {"compile_s", e.compile_s},
+                      {"validate_s", e.validate_s},
+                      {"profile_s", profile_wall},
+                      {"median_us", e.runtime_us},
+                      {"baseline_us", e.baseline_us},
+                      {"noise", e.noise},
+                      {"metrics", m ? nlohmann::json(m->metrics) : nlohmann::json(nullptr)},
+                      {"verdict_as_labelled", verdict_ok},
+                      {"speed_as_labelled", speed_ok}});
+      table.kernels[source_key(c.source)] = std::move(e);
+    }
+  }
+  const auto driver = []() -> std::string {
+    std::ifstream v("/proc/driver/nvidia/version");
+    std::string line;
+    std::getline(v, line);
+    return line;
+  }();
+  if (!overheads.empty()) table.profile.overhead_s = median(overheads);
+  table.profile.min_samples = config.profile.min_samples;
+  table.profile.max_samples = config.profile.max_samples;
+  table.profile.warmup = config.profile.warmup;
+  table.profile.noise_target = config.profile.target_noise;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  table.device = fmt::format("{} ({}), {}, measured {} by specgen-bench calibrate", s->device().name,
+                             s->device().arch, driver.empty() ? "driver unknown" : driver, date);
+  fmt::print("\n{} candidates in {:.0f} s: {} verdicts and {} speed labels differ from their labels; profile overhead "
+             "median {:.3f} s\n",
+             rows.size(), since(started), verdict_mismatches, speed_mismatches, table.profile.overhead_s);
+  if (a.has("table")) {
+    std::ofstream f(a.get("table"));
+    f << nlohmann::json(table).dump(2) << '\n';
+    if (!f) throw std::runtime_error(fmt::format("cannot write {}", a.get("table")));
+    fmt::print("wrote {}\n", a.get("table"));
+  }
+  write_json(a, {{"benchmark", "calibrate"},
+                 {"device", table.device},
+                 {"candidates", rows},
+                 {"verdict_mismatches", verdict_mismatches},
+                 {"speed_mismatches", speed_mismatches},
+                 {"seconds", since(started)}});
+  return 0;
+}
+
 }  // namespace
 
 /// Runs `specgen-bench gpu-...`; argv[1] is the subcommand.
 int run_gpu_bench(int argc, char** argv) {
   const std::string_view cmd = argv[1];
-  const programs::args a(argc, argv, {"json", "tasks", "task", "reps", "runs", "device"}, {"help"}, 2);
+  const programs::args a(argc, argv, {"json", "tasks", "task", "reps", "runs", "device", "suite", "table"},
+                         {"help", "hardware-metrics"}, 2);
   if (cmd == "gpu-latency") return bench_latency(a);
   if (cmd == "gpu-spread") return bench_spread(a);
   if (cmd == "gpu-cupti") return bench_cupti(a);
   if (cmd == "gpu-respawn") return bench_respawn(a);
+  if (cmd == "calibrate") return bench_calibrate(a);
   throw std::invalid_argument(fmt::format("unknown benchmark '{}'", cmd));
 }
 

@@ -32,7 +32,7 @@ using namespace specgen;
 
 namespace {
 
-constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn> [options]
+constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn|calibrate> [options]
 
 e2e options:
   --modes LIST         comma-separated modes (default: all ten)
@@ -55,11 +55,15 @@ gpu-* options (real GPUs; "no GPU: <reason>" and exit 0 without one):
   --tasks DIR          task files (default tasks/examples), --task NAME only that one
   --device N           the GPU of the single-session benchmarks (default 0)
   --reps N             gpu-latency: salted copies of each kernel (default 3)
+  --hardware-metrics   gpu-latency: also run the CUPTI range-profiler pass
   --runs N             gpu-spread: profiles per kernel (default 20); gpu-respawn: faults (default 10)
+  --suite DIR          calibrate: the suite (tasks/ and candidates/; default tasks/suite)
+  --table FILE         calibrate: write the measured cost table (specgen-cost-table/1)
   --json FILE          write the JSON results
 )";
 
-constexpr std::array<std::string_view, 4> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn"};
+constexpr std::array<std::string_view, 5> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn",
+                                                         "calibrate"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;

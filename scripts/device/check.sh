@@ -4,6 +4,12 @@
 # (fetch them here with `apt-get download libfmt-dev libfmt9 nlohmann-json3-dev
 # catch2` inside .debs/) and are unpacked into a private prefix. Results go to
 # $OUT (or ./device-out).
+#
+# To build exactly the committed tree (not a working copy with work in
+# progress), ship `git archive HEAD` and run the copy:
+#   git archive -o .debs/head.tar HEAD          # here; .debs/ is carried
+#   mkdir -p /tmp/src && tar -xf .debs/head.tar -C /tmp/src && ln -s "$PWD/.debs" /tmp/src/.debs \
+#     && /tmp/src/scripts/device/check.sh --bench   # on the GPU machine
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${OUT:-$repo/device-out}
@@ -39,9 +45,11 @@ fi
 if [[ " $* " == *" --bench "* ]]; then
   bench="$build/benchmarks/specgen-bench"
   # gpu-spread on one task: twenty full profiles of the 25 ms naive matmul alone take minutes.
-  for b in "gpu-latency --reps 2" "gpu-cupti" "gpu-respawn --runs 10" "gpu-spread --task vector_add --runs 20"; do
+  for b in "gpu-latency --reps 2" "gpu-latency --reps 1 --hardware-metrics" "gpu-cupti" "gpu-respawn --runs 10" \
+           "gpu-spread --task vector_add --runs 20"; do
     read -r name rest <<< "$b"
     tag=$name; [[ $rest == *--task* ]] && tag="$name-${rest#*--task }" && tag=${tag%% *}
+    [[ $rest == *--hardware-metrics* ]] && tag="$name-hw"
     echo "== $b"
     # shellcheck disable=SC2086
     timeout 240 "$bench" $name $rest --tasks "$repo/tasks/examples" --json "$out/$tag.json" > "$out/$tag.txt" 2>&1

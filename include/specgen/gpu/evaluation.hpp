@@ -89,6 +89,11 @@ struct profile_config {
   bool interleave_baseline = true;  ///< time the baseline in the same loop, alternating
   bool cupti_check = true;     ///< a CUPTI activity pass cross-checks kernels and durations
   int cupti_runs = 5;
+  /// A CUPTI range-profiler pass (8 replays of the candidate) for feedback
+  /// metrics: `hw_dram_pct`, `hw_l2_pct`, `hw_sm_pct`, `hw_occupancy_pct`, ...
+  /// in `measurement::metrics`. Off by default: it needs GPU counter access
+  /// (ERR_NVGPUCTRPERM otherwise, reported as a note) and adds the replays.
+  bool hardware_metrics = false;
   /// `suspicious` when CUPTI's summed kernel time and the event time disagree
   /// by more than this fraction (work outside the plan's kernels).
   double cupti_tolerance = 0.25;

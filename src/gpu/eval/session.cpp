@@ -503,12 +503,15 @@ struct device_session::state {
               {"interleave", pc.interleave_baseline},
               {"cupti", pc.cupti_check},
               {"cupti_runs", pc.cupti_runs},
+              {"hardware_metrics", pc.hardware_metrics},
               {"guard", config.validation.guard_bytes},
               {"deadline_ms", millis(pc.run_deadline)}};
     // Sampling stops at max_seconds, but one sample may still take a whole
     // run_deadline; warm-up, CUPTI and recheck runs are not under the cap.
     const int sides = base_bin ? 2 : 1;
-    const int uncapped_runs = pc.warmup * sides + (pc.cupti_check ? pc.cupti_runs : 0) + 1 + 2 * sides;
+    // The range profiler replays the candidate once per counter pass (8 for the default metrics).
+    const int uncapped_runs =
+        pc.warmup * sides + (pc.cupti_check ? pc.cupti_runs : 0) + (pc.hardware_metrics ? 10 : 0) + 1 + 2 * sides;
     const duration deadline =
         seconds(pc.max_seconds) + pc.run_deadline * uncapped_runs + config.call_margin;
     auto resp = call({.op = "profile", .args = std::move(args), .binary = std::move(binary)}, deadline, what);
@@ -621,6 +624,7 @@ struct device_session::state {
       if (em > 0) {
         const double rel = (km - em) / em;
         m.metrics["event_vs_cupti"] = rel;
+        m.metrics["cupti_kernel_us"] = km;
         if (km > em * (1 + pc.cupti_tolerance))
           return finish(make(verdict_kind::suspicious,
                              fmt::format("CUPTI's kernel time ({:.2f} us median) exceeds the event time ({:.2f} us) "
@@ -633,6 +637,30 @@ struct device_session::state {
                                          "by {:.0f}%: time in the timed region outside the plan's kernels",
                                          em, km, -100 * rel),
                              numbers));
+      }
+    }
+
+    // Hardware metrics (range profiler), when asked for: feedback only, never a verdict.
+    if (pc.hardware_metrics) {
+      auto hw = r.find("hardware_metrics");
+      if (hw == r.end() || !hw->is_object() || !hw->value("available", false)) {
+        const std::string why = hw != r.end() && hw->is_object() && hw->contains("reason") && (*hw)["reason"].is_string()
+                                    ? (*hw)["reason"].get<std::string>()
+                                    : std::string("the worker ran no range-profiler pass");
+        notes.push_back("hardware metrics unavailable: " + why);
+      } else if (auto values = hw->find("values"); values != hw->end() && values->is_object()) {
+        static const std::map<std::string, std::string> short_names{
+            {"dram__throughput.avg.pct_of_peak_sustained_elapsed", "hw_dram_pct"},
+            {"lts__throughput.avg.pct_of_peak_sustained_elapsed", "hw_l2_pct"},
+            {"sm__throughput.avg.pct_of_peak_sustained_elapsed", "hw_sm_pct"},
+            {"sm__warps_active.avg.pct_of_peak_sustained_active", "hw_occupancy_pct"},
+            {"dram__bytes.sum", "hw_dram_bytes"},
+            {"gpu__time_duration.sum", "hw_duration_ns"}};
+        for (const auto& [name, v] : values->items()) {
+          if (!v.is_number()) continue;
+          auto it = short_names.find(name);
+          m.metrics[it != short_names.end() ? it->second : "hw_" + name] = v.get<double>();
+        }
       }
     }
 

@@ -1,5 +1,7 @@
 #include "profile_op.hpp"
 
+#include "cupti_metrics.hpp"
+
 #include "cupti.hpp"
 #include "nvml.hpp"
 #include "op_common.hpp"
@@ -41,6 +43,7 @@ struct profile_args {
   bool interleave = true;
   bool cupti = true;
   int cupti_runs = 5;
+  bool hardware_metrics = false;  // the range-profiler pass (cupti_metrics.hpp)
   std::size_t guard = 256;
   duration deadline = seconds(1);
 };
@@ -78,7 +81,8 @@ expected<profile_args, failure> read_args(const json& a) {
                  count("max_samples", p.max_samples, p.max_samples), count("cupti_runs", p.cupti_runs, p.cupti_runs),
                  number("target_noise", p.target_noise, p.target_noise),
                  number("max_seconds", p.max_seconds, p.max_seconds), flag("flush_l2", p.flush_l2, p.flush_l2),
-                 flag("interleave", p.interleave, p.interleave), flag("cupti", p.cupti, p.cupti)})
+                 flag("interleave", p.interleave, p.interleave), flag("cupti", p.cupti, p.cupti),
+                 flag("hardware_metrics", p.hardware_metrics, p.hardware_metrics)})
     if (f) return unexpected(*f);
   if (p.max_samples < 1) return unexpected(bad_request("\"max_samples\" must be at least 1"));
   auto guard = u64("guard", p.guard);
@@ -141,16 +145,27 @@ struct profiler {
   /// globals only; synchronous, before anything is queued), poison, scratch
   /// reset, L2 flush, then the plan between the two events. Returns the
   /// event time in µs.
-  expected<double, failure> run_once(side& s) {
+  /// What precedes every timed run: a fresh module instance where needed,
+  /// output poison, scratch reset and the L2 flush, all queued.
+  expected<void, failure> prepare_run(side& s) {
     if (auto l = s.prepared->reload(); !l) return unexpected(from(l.error()));
     if (auto p = io.poison_outputs_async(); !p) return unexpected(p.error());
     if (auto z = s.prepared->reset_scratch_async(); !z) return unexpected(from(z.error()));
     if (flush)
       if (auto f = state.memset_async(flush->pointer(), static_cast<std::uint8_t>(taken), flush->size()); !f)
         return unexpected(from(f.error()));
+    return {};
+  }
+
+  expected<double, failure> timed(side& s) {
     auto ms = s.prepared->timed_run(steady::now() + args.deadline, args.deadline);
     if (!ms) return unexpected(from(ms.error()));
     return *ms * 1000.0;
+  }
+
+  expected<double, failure> run_once(side& s) {
+    if (auto p = prepare_run(s); !p) return unexpected(p.error());
+    return timed(s);
   }
 
   expected<void, failure> sample(side& s) {
@@ -262,6 +277,57 @@ expected<json, failure> cupti_pass(profiler& p, side& candidate) {
   return out;
 }
 
+/// The range-profiler pass: hardware throughput and occupancy of one
+/// candidate run, replayed once per counter pass. Opened once per worker and
+/// kept (its setup costs more than a pass). Run after the CUPTI activity pass
+/// has ended (the two must not overlap) and before the timed check, so the
+/// guard and input checks cover the replays.
+expected<json, failure> metrics_pass_of(profiler& p, side& candidate) {
+  json out = {{"available", false}, {"reason", "not requested"}};
+  if (!p.args.hardware_metrics) return out;
+  static std::optional<expected<metrics_pass, std::string>> opened;
+  if (!opened) opened.emplace(metrics_pass::open(p.state.context, p.ctx.info().index));
+  if (!*opened) {
+    out["reason"] = opened->error();
+    return out;
+  }
+  metrics_pass& pass = **opened;
+  failure step_failure{};
+  auto m = pass.measure(
+      [&]() -> expected<void, std::string> {
+        auto us = p.timed(candidate);
+        if (!us) {
+          step_failure = us.error();
+          return unexpected(us.error().message);
+        }
+        return {};
+      },
+      [&]() -> expected<void, std::string> {
+        auto r = p.prepare_run(candidate);
+        if (!r) {
+          step_failure = r.error();
+          return unexpected(r.error().message);
+        }
+        return {};
+      });
+  if (!m) {
+    if (!p.state.usable) {
+      // A fault or a timeout in a replay: the candidate's verdict, as in any run.
+      pass.abandon();
+      return unexpected(step_failure.kind.empty() ? bad_request(m.error()) : step_failure);
+    }
+    pass.cleanup();
+    out["reason"] = m.error();
+    return out;
+  }
+  out["available"] = true;
+  out["reason"] = "";
+  out["passes"] = m->passes;
+  out["values"] = m->values;
+  out["seconds"] = m->seconds_spent;
+  return out;
+}
+
 expected<json, failure> profile(worker_state& w, const request& r, std::string& out_binary) {
   const json& a = r.args;
   if (!a.is_object() || !a.contains("task") || !a.contains("shape") || !a.contains("candidate"))
@@ -357,6 +423,9 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
   auto cupti = cupti_pass(p, *candidate);
   if (!cupti) return unexpected(cupti.error());
   phase("cupti");
+  auto hardware = metrics_pass_of(p, *candidate);
+  if (!hardware) return unexpected(hardware.error());
+  phase("hardware_metrics");
 
   // Everything since the guards were filled: warm-up, samples, baseline and CUPTI runs.
   auto timed_check = io->check();
@@ -404,6 +473,7 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
               {"l2_flush_bytes", p.flush ? p.flush->size() : 0},
               {"persisting_l2_reset", persisting_reset},
               {"cupti", std::move(*cupti)},
+              {"hardware_metrics", std::move(*hardware)},
               {"timed_check", std::move(timed)},
               {"recheck", std::move(recheck)},
               {"device", device_json(ctx)}};
