@@ -138,9 +138,18 @@ expected<io_set, failure> io_set::allocate(gpu_context& ctx, const task& t, cons
     for (const auto& [type, bytes] : largest) {
       auto b = ctx.allocate(bytes);
       if (!b) return unexpected(from(b.error()));
-      std::vector<std::byte> pattern(bytes);
-      fill_poison(pattern, type);
-      if (auto u = b->upload(pattern); !u) return unexpected(from(u.error()));
+      // One element uploaded, then doubled on the device (what is written so
+      // far copied after itself): a benchmark-sized source costs microseconds,
+      // not a pageable upload of its whole size.
+      const auto pattern = poison_pattern(type);
+      const std::size_t head = std::min(bytes, pattern.size());
+      if (auto u = b->upload(std::span(pattern).first(head)); !u) return unexpected(from(u.error()));
+      auto& st = context_access::state(ctx);
+      for (std::size_t done = head; done < bytes;) {
+        const std::size_t n = std::min(done, bytes - done);
+        if (auto c = st.copy_async(b->pointer() + done, b->pointer(), n); !c) return unexpected(from(c.error()));
+        done += n;
+      }
       s.poison_sources_.emplace(type, std::move(*b));
     }
   return s;
