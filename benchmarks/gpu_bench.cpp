@@ -11,10 +11,15 @@
 // device_session calls (steady_clock); the API reports no per-stage split.
 // Without a GPU every subcommand prints "no GPU: <reason>" and exits 0.
 #include "support/args.hpp"
+#include "support/world.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
 #include <specgen/gpu/runtime.hpp>
 #include <specgen/cost_table.hpp>
+#include <specgen/engine.hpp>
+#include <specgen/modes.hpp>
+#include <specgen/replay/replay_model.hpp>
+#include <specgen/replay/trace_gen.hpp>
 #include <specgen/task_io.hpp>
 
 #include <fmt/format.h>
@@ -656,18 +661,124 @@ int bench_calibrate(const programs::args& a) {
   return 0;
 }
 
+// ---- e2e-live ----------------------------------------------------------------------------
+
+/// The e2e comparison on real GPUs in real time: the replay model at its
+/// calibrated decode speed, `gpu_pool` on every visible GPU as the evaluator,
+/// a subset of a corpus small enough for minutes. The same subset also runs
+/// in virtual time on the simulated device (the corpus's measured cost
+/// table), so the two are reported side by side.
+int bench_e2e_live(const programs::args& a) {
+  const std::filesystem::path dir = a.has("corpus") ? a.get("corpus") : "tasks/suite";
+  auto corpus = replay::load_corpus(dir);
+  if (!corpus) throw std::runtime_error(corpus.error().what());
+  const int keep = a.number<int>("live-tasks", 4);
+  const int rounds = a.number<int>("rounds", 2);
+  const double target = a.number<double>("target", 2.0);
+  if (a.has("task")) {
+    std::erase_if(corpus->tasks, [&](const task& t) { return t.name != a.get("task"); });
+  } else if (static_cast<int>(corpus->tasks.size()) > keep) {
+    corpus->tasks.resize(static_cast<std::size_t>(keep));
+  }
+  std::erase_if(corpus->traces, [&](const replay::trace& tr) {
+    return std::none_of(corpus->tasks.begin(), corpus->tasks.end(), [&](const task& t) { return t.name == tr.task; });
+  });
+  std::vector<std::string> chosen{"sequential", "specgen"};
+  if (a.has("modes")) {
+    chosen.clear();
+    const std::string list = a.get("modes");
+    for (std::size_t at = 0; at <= list.size();) {
+      const auto comma = std::min(list.find(',', at), list.size());
+      chosen.push_back(list.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  const auto gpus = gpus_or_explain();
+  if (!gpus) return 0;
+  replay::replay_params rp;  // the calibrated decode speed (docs/replay-model.md)
+  fmt::print("specgen-bench e2e-live: {} tasks x {} rounds on {} GPU(s), replay at {:.0f} tokens/s, target {:.2f}x\n",
+             corpus->tasks.size(), rounds, *gpus, rp.decode_tokens_per_s, target);
+
+  nlohmann::json out = {{"benchmark", "e2e-live"}, {"corpus", dir.string()}, {"rounds", rounds}, {"gpus", *gpus},
+                        {"decode_tokens_per_s", rp.decode_tokens_per_s}, {"target_speedup", target},
+                        {"tasks", nlohmann::json::array()}, {"live", nlohmann::json::object()},
+                        {"virtual", nlohmann::json::object()}};
+  for (const auto& t : corpus->tasks) out["tasks"].push_back(t.name);
+  auto summary = [](const run_result& r) {
+    nlohmann::json searches = nlohmann::json::array();
+    for (const auto& s : r.searches)
+      searches.push_back({{"task", s.task}, {"rounds", s.rounds}, {"best_speedup", s.best_speedup},
+                          {"profiled", s.profiled}, {"forks", s.forks}, {"end_reason", s.end_reason},
+                          {"verdicts", s.verdicts}});
+    return nlohmann::json{{"e2e_seconds", r.e2e_seconds}, {"profiled_kernels", r.profiled_kernels},
+                          {"pool_utilization", r.pool_utilization}, {"tokens", r.generated_tokens},
+                          {"best_speedup_geomean", r.best_speedup_geomean}, {"searches", searches}};
+  };
+  for (const auto& mode : chosen) {
+    auto config = [&] {
+      auto cfg = mode_config(mode);
+      if (!cfg) throw std::invalid_argument(cfg.error().message);
+      cfg->budget = {.max_rounds = rounds, .target_speedup = target};
+      return std::move(*cfg);
+    };
+    // Virtual time, simulated device answering from the measured cost table.
+    programs::run_options o;
+    o.sim.devices = *gpus;
+    auto v = programs::run_corpus<virtual_clock>(*corpus, config(), o);
+    if (!v) throw std::runtime_error(fmt::format("{} (virtual): {}", mode, v.error().message));
+    out["virtual"][mode] = summary(*v);
+    // Real time, real GPUs.
+    event_loop<steady_clock> loop;
+    replay::replay_model model(loop, corpus->traces, rp);
+    gpu::pool_config pc;
+    temp_dir cache("e2e-live");
+    pc.session = session_for(0, cache.path.string());
+    auto pool = gpu::gpu_pool::create(loop, pc);
+    if (!pool) throw std::runtime_error(fmt::format("cannot start the GPU pool: {}", pool.error().message));
+    engine eng(loop, model, **pool, config());
+    for (const auto& t : corpus->tasks) eng.add_search(std::make_shared<const task>(t));
+    const auto w0 = steady::now();
+    const run_result r = eng.run();
+    out["live"][mode] = summary(r);
+    fmt::print("{:<12} live: {:7.1f} s, {:3} profiled, utilisation {:5.1f}%, best {:.2f}x | virtual: {:7.1f} s, {:3} "
+               "profiled, utilisation {:5.1f}%, best {:.2f}x  (wall {:.0f} s)\n",
+               mode, r.e2e_seconds, r.profiled_kernels, 100 * r.pool_utilization, r.best_speedup_geomean,
+               v->e2e_seconds, v->profiled_kernels, 100 * v->pool_utilization, v->best_speedup_geomean, since(w0));
+  }
+  if (out["live"].contains("sequential"))
+    for (const auto& mode : chosen) {
+      if (mode == "sequential") continue;
+      for (const char* clock : {"live", "virtual"}) {
+        const auto& b = out[clock]["sequential"];
+        const auto& m = out[clock][mode];
+        const double e2e = b["e2e_seconds"].get<double>() / m["e2e_seconds"].get<double>();
+        const double prof = b["profiled_kernels"].get<int>() > 0
+                                ? m["profiled_kernels"].get<double>() / b["profiled_kernels"].get<double>()
+                                : 0.0;
+        out[clock][mode]["vs_sequential"] = {{"e2e_speedup", e2e}, {"profiled_ratio", prof}};
+        fmt::print("{:<12} vs sequential ({:<7}): e2e {:.2f}x lower, profiled {:.2f}x, utilisation {:.2f}\n", mode,
+                   clock, e2e, prof, m["pool_utilization"].get<double>());
+      }
+    }
+  write_json(a, out);
+  return 0;
+}
+
 }  // namespace
 
 /// Runs `specgen-bench gpu-...`; argv[1] is the subcommand.
 int run_gpu_bench(int argc, char** argv) {
   const std::string_view cmd = argv[1];
-  const programs::args a(argc, argv, {"json", "tasks", "task", "reps", "runs", "device", "suite", "table"},
+  const programs::args a(argc, argv,
+                         {"json", "tasks", "task", "reps", "runs", "device", "suite", "table", "corpus", "live-tasks",
+                          "rounds", "target", "modes"},
                          {"help", "hardware-metrics"}, 2);
   if (cmd == "gpu-latency") return bench_latency(a);
   if (cmd == "gpu-spread") return bench_spread(a);
   if (cmd == "gpu-cupti") return bench_cupti(a);
   if (cmd == "gpu-respawn") return bench_respawn(a);
   if (cmd == "calibrate") return bench_calibrate(a);
+  if (cmd == "e2e-live") return bench_e2e_live(a);
   throw std::invalid_argument(fmt::format("unknown benchmark '{}'", cmd));
 }
 

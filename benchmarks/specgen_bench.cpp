@@ -32,7 +32,7 @@ using namespace specgen;
 
 namespace {
 
-constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn|calibrate> [options]
+constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn|calibrate|e2e-live> [options]
 
 e2e options:
   --modes LIST         comma-separated modes (default: all ten)
@@ -59,11 +59,16 @@ gpu-* options (real GPUs; "no GPU: <reason>" and exit 0 without one):
   --runs N             gpu-spread: profiles per kernel (default 20); gpu-respawn: faults (default 10)
   --suite DIR          calibrate: the suite (tasks/ and candidates/; default tasks/suite)
   --table FILE         calibrate: write the measured cost table (specgen-cost-table/1)
+e2e-live options (real GPUs, real time, replay model at its calibrated speed):
+  --corpus DIR         the corpus (default tasks/suite), --live-tasks N its first N tasks
+                       (default 4) or --task NAME, --rounds N (default 2), --target X (default 2.0),
+                       --modes LIST (default sequential,specgen); the same subset also runs in
+                       virtual time on the simulated device, reported side by side
   --json FILE          write the JSON results
 )";
 
-constexpr std::array<std::string_view, 5> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn",
-                                                         "calibrate"};
+constexpr std::array<std::string_view, 6> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn",
+                                                         "calibrate",   "e2e-live"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
