@@ -598,7 +598,7 @@ int bench_calibrate(const programs::args& a) {
       const bool verdict_ok = std::find(c.expect.begin(), c.expect.end(), to_string(v.kind)) != c.expect.end();
       std::string speed_seen;
       if (v.kind == verdict_kind::ok && speedup > 0)
-        speed_seen = speedup > 1.05 ? "faster" : speedup < 0.95 ? "slower" : "similar";
+        speed_seen = speedup >= 1.1 ? "faster" : speedup <= 0.9 ? "slower" : "similar";  // docs/suite.md
       const bool speed_ok = c.speed.empty() || speed_seen.empty() || c.speed == speed_seen;
       verdict_mismatches += verdict_ok ? 0 : 1;
       speed_mismatches += speed_ok ? 0 : 1;

@@ -1,0 +1,32 @@
+// Shared-memory tiling: a 16 x 16 block computes a 16 x 16 patch of one
+// output channel (grid z = N * K). For each input channel the 18 x 18 input
+// patch and the 9 weights are staged in shared memory, so every input value
+// is loaded from global memory once per block instead of 9 times.
+#define BT 16
+
+extern "C" __global__ void conv2d_tile(const float* x, const float* w, float* y, int N, int C, int K, int H, int W) {
+  __shared__ float xs[BT + 2][BT + 2];
+  __shared__ float ws[9];
+  const int OH = H - 2, OW = W - 2;
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BT + tx;
+  const int n = blockIdx.z / K, k = blockIdx.z % K;
+  const int ox0 = blockIdx.x * BT, oy0 = blockIdx.y * BT;
+  float acc = 0.0f;
+  for (int c = 0; c < C; ++c) {
+    const float* xc = x + (size_t)(n * C + c) * H * W;
+    for (int i = tid; i < (BT + 2) * (BT + 2); i += BT * BT) {
+      const int ly = i / (BT + 2), lx = i % (BT + 2);
+      const int gy = oy0 + ly, gx = ox0 + lx;
+      xs[ly][lx] = (gy < H && gx < W) ? xc[gy * W + gx] : 0.0f;
+    }
+    if (tid < 9) ws[tid] = w[(k * C + c) * 9 + tid];
+    __syncthreads();
+#pragma unroll
+    for (int dy = 0; dy < 3; ++dy)
+#pragma unroll
+      for (int dx = 0; dx < 3; ++dx) acc += xs[ty + dy][tx + dx] * ws[dy * 3 + dx];
+    __syncthreads();
+  }
+  const int oy = oy0 + ty, ox = ox0 + tx;
+  if (oy < OH && ox < OW) y[((size_t)(n * K + k) * OH + oy) * OW + ox] = acc;
+}

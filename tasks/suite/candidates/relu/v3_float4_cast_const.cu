@@ -1,0 +1,13 @@
+// float4 loads and stores, one vector per thread, and the last N % 4
+// elements handled by the thread just past the vectors.
+extern "C" __global__ void relu_float4(const float* __restrict__ x, float* __restrict__ y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int n4 = n / 4;
+  if (i < n4) {
+    const float4 v = reinterpret_cast<float4*>(x)[i];
+    reinterpret_cast<float4*>(y)[i] =
+        make_float4(fmaxf(v.x, 0.0f), fmaxf(v.y, 0.0f), fmaxf(v.z, 0.0f), fmaxf(v.w, 0.0f));
+  } else if (i == n4) {
+    for (int j = 4 * n4; j < n; ++j) y[j] = fmaxf(x[j], 0.0f);
+  }
+}
