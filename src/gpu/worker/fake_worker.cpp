@@ -32,7 +32,8 @@
 //   refuse               the response is ok: false at the protocol level
 //   hang                 never answer;  crash: abort();  garbage: random bytes
 //   profile only: fast (0.5 us median), cache (the recheck outputs are those of
-//   the timed inputs), foreign (a foreign kernel), ghost (one kernel too many),
+//   the timed inputs), foreign (a kernel on a foreign stream), renamed (the
+//   right count, one kernel under another name), ghost (one kernel too many),
 //   escape (CUPTI kernel time 3x the event time), nocupti (CUPTI unavailable),
 //   noclock (no SM clock)
 #include "serve.hpp"
@@ -273,9 +274,9 @@ wd::handled profile_op(const request& r) {
                             {"runs", cupti_runs},
                             {"expected_kernels_per_run", per_run},
                             {"kernels", cupti_runs * per_run + (how == "ghost" ? 1 : 0)},
-                            {"kernel_names", json::array()},
-                            {"foreign_kernels", how == "foreign" ? 1 : 0},
-                            {"foreign_streams", 0},
+                            {"kernel_names", how == "renamed" ? json::array({"stale_name"}) : json::array()},
+                            {"foreign_kernels", how == "renamed" ? 1 : 0},
+                            {"foreign_streams", how == "foreign" ? 1 : 0},
                             {"kernel_us", kernel_us},
                             {"event_us", event_us}};
     json result{{"ok", true},
