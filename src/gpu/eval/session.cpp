@@ -622,10 +622,9 @@ struct device_session::state {
       if (foreign_k > 0) {
         // The count matched: every run launched exactly the plan's kernels,
         // and a kernel launched from inside one (dynamic parallelism) would
-        // have added to it. CUPTI can report a kernel under the name of a
-        // function of an unloaded module whose handle the driver reused
-        // (seen on an H200 after the worker's module cache evicted modules),
-        // so a name alone decides nothing; it is noted.
+        // have added to it. On an H200, correct kernels were reported under
+        // other names after the worker's module cache had unloaded modules
+        // (likely a reused function handle), so a name alone decides nothing.
         std::vector<std::string> seen;
         if (auto it = cupti->find("kernel_names"); it != cupti->end() && it->is_array())
           for (const auto& n : *it)
