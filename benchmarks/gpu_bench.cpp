@@ -675,9 +675,21 @@ int bench_e2e_live(const programs::args& a) {
   const int keep = a.number<int>("live-tasks", 4);
   const int rounds = a.number<int>("rounds", 2);
   const double target = a.number<double>("target", 2.0);
+  const double max_seconds = a.number<double>("max-seconds", 240);
   if (a.has("task")) {
     std::erase_if(corpus->tasks, [&](const task& t) { return t.name != a.get("task"); });
   } else if (static_cast<int>(corpus->tasks.size()) > keep) {
+    // The tasks whose first `rounds` rounds take the least reasoning: real time is the cost here.
+    std::map<std::string, std::map<int, std::uint64_t>> per_round;
+    for (const auto& tr : corpus->traces)
+      if (tr.round < rounds) per_round[tr.task][tr.round] = std::max(per_round[tr.task][tr.round], tr.reasoning_tokens());
+    auto cost = [&](const task& t) {
+      std::uint64_t sum = 0;
+      for (const auto& [round, n] : per_round[t.name]) sum += n;
+      return sum;
+    };
+    std::stable_sort(corpus->tasks.begin(), corpus->tasks.end(),
+                     [&](const task& x, const task& y) { return cost(x) < cost(y); });
     corpus->tasks.resize(static_cast<std::size_t>(keep));
   }
   std::erase_if(corpus->traces, [&](const replay::trace& tr) {
@@ -718,7 +730,7 @@ int bench_e2e_live(const programs::args& a) {
     auto config = [&] {
       auto cfg = mode_config(mode);
       if (!cfg) throw std::invalid_argument(cfg.error().message);
-      cfg->budget = {.max_rounds = rounds, .target_speedup = target};
+      cfg->budget = {.max_rounds = rounds, .max_seconds = max_seconds, .target_speedup = target};
       return std::move(*cfg);
     };
     // Virtual time, simulated device answering from the measured cost table.
@@ -771,7 +783,7 @@ int run_gpu_bench(int argc, char** argv) {
   const std::string_view cmd = argv[1];
   const programs::args a(argc, argv,
                          {"json", "tasks", "task", "reps", "runs", "device", "suite", "table", "corpus", "live-tasks",
-                          "rounds", "target", "modes"},
+                          "rounds", "target", "modes", "max-seconds"},
                          {"help", "hardware-metrics"}, 2);
   if (cmd == "gpu-latency") return bench_latency(a);
   if (cmd == "gpu-spread") return bench_spread(a);

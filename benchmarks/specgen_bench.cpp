@@ -60,8 +60,9 @@ gpu-* options (real GPUs; "no GPU: <reason>" and exit 0 without one):
   --suite DIR          calibrate: the suite (tasks/ and candidates/; default tasks/suite)
   --table FILE         calibrate: write the measured cost table (specgen-cost-table/1)
 e2e-live options (real GPUs, real time, replay model at its calibrated speed):
-  --corpus DIR         the corpus (default tasks/suite), --live-tasks N its first N tasks
-                       (default 4) or --task NAME, --rounds N (default 2), --target X (default 2.0),
+  --corpus DIR         the corpus (default tasks/suite), --live-tasks N the N tasks with the least
+                       reasoning in those rounds (default 4) or --task NAME, --rounds N (default 2),
+                       --target X (default 2.0), --max-seconds S per search (default 240),
                        --modes LIST (default sequential,specgen); the same subset also runs in
                        virtual time on the simulated device, reported side by side
   --json FILE          write the JSON results
