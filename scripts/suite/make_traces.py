@@ -617,9 +617,13 @@ def build_task(path: Path) -> tuple[str, list[Built]]:
             history.append(b.final.quality)
         previous = b.final
     best = max(cands.values(), key=lambda c: c.quality)
+    if not built[-1].final.ok:
+        raise AuthoringError(f"{path}: the last round answers {built[-1].final.name}, which is not a correct kernel")
     if built[-1].final.quality < best.quality:
-        raise AuthoringError(f"{path}: the last round answers {built[-1].final.name}, not the best candidate "
-                             f"{best.name}")
+        # Labels follow the H200 calibration, so a later version may measure
+        # slower than an earlier one (the model regressed); say so, do not refuse.
+        print(f"note: {path}: the last round answers {built[-1].final.name}; the best-labelled candidate is "
+              f"{best.name}", file=sys.stderr)
     return src.task, built
 
 
