@@ -1,8 +1,8 @@
 // The replay traces of the bundled task suite (tasks/suite/traces/<task>.json, assembled by
 // scripts/suite/make_traces.py from scripts/suite/traces/<task>.md). No GPU needed.
 //
-// Checked: every trace file loads with the project's loader; every task of tasks/suite/tasks (and
-// every task listed in tasks/suite/READY) has rounds 0, 1, 2, ...; both reasoning styles occur and
+// Checked: every trace file loads with the project's loader; every task of tasks/suite/tasks has
+// rounds 0, 1, 2, ...; both reasoning styles occur and
 // keep the calibrated statistics (DESIGN.md, "Calibration of the replay model"); every kernel in
 // a fence -- in the reasoning, in a final answer or in a fork sample -- is byte for byte the source
 // of one of the task's candidates (tasks/suite/candidates/<task>/), found the way the engine finds
@@ -121,17 +121,8 @@ std::vector<std::string> stems(const fs::path& dir, const std::string& ext) {
   return out;
 }
 
-/// The tasks of the suite: every task file, and every task listed in READY.
-std::vector<std::string> suite_tasks() {
-  std::set<std::string> names;
-  for (const auto& n : stems(suite_dir / "tasks", ".json")) names.insert(n);
-  std::istringstream ready(read_text(suite_dir / "READY"));
-  for (std::string line; std::getline(ready, line);) {
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (!line.empty()) names.insert(line);
-  }
-  return {names.begin(), names.end()};
-}
+/// The tasks of the suite: every task file.
+std::vector<std::string> suite_tasks() { return stems(suite_dir / "tasks", ".json"); }
 
 const std::vector<trace>& traces() {
   static const std::vector<trace> all = [] {
