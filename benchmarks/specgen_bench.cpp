@@ -32,7 +32,7 @@ using namespace specgen;
 
 namespace {
 
-constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn|calibrate|e2e-live> [options]
+constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn|calibrate|e2e-live|openai-client> [options]
 
 e2e options:
   --modes LIST         comma-separated modes (default: all ten)
@@ -66,6 +66,9 @@ e2e-live options (real GPUs, real time, replay model at its calibrated speed):
                        --modes LIST (default sequential,specgen); the same subset also runs in
                        virtual time on the simulated device, reported side by side
   --json FILE          write the JSON results
+openai-client options (the OpenAI backend against a local vLLM stand-in):
+  --streams N, --rate TOKENS_PER_S, --seconds S (default 64 x 100 for 10 s),
+  --samples K (each stream's fork), --burst-streams N, --burst-tokens N, --json FILE
 )";
 
 constexpr std::array<std::string_view, 6> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn",
@@ -354,6 +357,11 @@ namespace specgen::bench {
 int run_gpu_bench(int argc, char** argv);  // gpu_bench.cpp
 }
 #endif
+#ifdef SPECGEN_BENCH_OPENAI
+namespace specgen::bench {
+int run_openai_bench(int argc, char** argv);  // openai_bench.cpp
+}
+#endif
 
 int main(int argc, char** argv) {
   try {
@@ -367,6 +375,14 @@ int main(int argc, char** argv) {
       return bench::run_gpu_bench(argc, argv);
 #else
       fmt::print("no GPU: specgen-bench was built without the CUDA Toolkit\n");
+      return 0;
+#endif
+    }
+    if (cmd == "openai-client") {
+#ifdef SPECGEN_BENCH_OPENAI
+      return bench::run_openai_bench(argc, argv);
+#else
+      fmt::print("specgen-bench was built without libcurl: no OpenAI backend to measure\n");
       return 0;
 #endif
     }

@@ -8,6 +8,9 @@
 
 #include <specgen/modes.hpp>
 #include <specgen/results.hpp>
+#ifdef SPECGEN_RUN_OPENAI
+#include <specgen/backend/openai.hpp>
+#endif
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 namespace fs = std::filesystem;
 using namespace specgen;
@@ -31,7 +35,8 @@ Suite and model:
                       the bundled procedural corpus
   --corpus-seed N     seed of the procedural corpus (default 1)
   --tasks N           run only the first N tasks
-  --backend NAME      replay (default). openai is not built in this version.
+  --backend NAME      replay (default), or openai: a vLLM, SGLang or other
+                      OpenAI-compatible server (runs in real time)
 Search:
   --mode MODE         sequential, parallel, evolve, specgen (default),
                       parallel+specgen, evolve+specgen, +spec, +elastic, +priority, +kv
@@ -43,6 +48,15 @@ Search:
 Evaluation:
   --devices N         simulated GPUs (default 4)
   --real-time         run at wall-clock speed instead of virtual time
+OpenAI backend (--backend openai; docs/backends.md):
+  --base-url URL      the server, e.g. http://127.0.0.1:8000
+  --model NAME        the served model name
+  --preset NAME       model family: auto (default: from the model name), deepseek-r1,
+                      deepseek-v3, qwen3, glm-4.5, generic
+  --server KIND       auto (default: asks the server), vllm, sglang or openai
+  --api-key-env VAR   the environment variable that holds the API key
+  --openai-config F   a JSON backend configuration (docs/backends.md); the flags
+                      above override it
 Output:
   --out DIR           results.json, journal.jsonl, timeline.json (default specgen-out)
   --resume            continue the run whose journal is in --out
@@ -63,10 +77,53 @@ void print_progress(const std::vector<search_progress>& ps, double now_s, int ro
   std::fflush(stdout);
 }
 
+#ifdef SPECGEN_RUN_OPENAI
+/// The backend's configuration: --openai-config, then the flags on top.
+openai::openai_config openai_config_from(const programs::args& a) {
+  nlohmann::json j = nlohmann::json::object();
+  if (a.has("openai-config")) {
+    std::ifstream in(a.get("openai-config"));
+    if (!in) throw std::invalid_argument(fmt::format("--openai-config: cannot read {}", a.get("openai-config")));
+    try {
+      j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw std::invalid_argument(fmt::format("--openai-config {}: {}", a.get("openai-config"), e.what()));
+    }
+  }
+  const std::pair<const char*, const char*> flags[] = {
+      {"base-url", "base_url"}, {"model", "model"}, {"preset", "preset"}, {"server", "server"}, {"api-key-env", "api_key_env"}};
+  for (const auto& [flag, key] : flags)
+    if (a.has(flag)) j[key] = a.get(flag);
+  auto c = openai::config_from_json(j);
+  if (!c) throw std::invalid_argument(c.error().message);
+  return *c;
+}
+
+void print_server(const openai::server_info& s, const openai::openai_config& c) {
+  fmt::print("             {} server at {}, model {}, preset {}; forks send {}\n", s.kind, c.base_url, c.model, s.family.name,
+             s.token_ids_note.empty() ? std::string("token ids where the stream has them") : "text (" + s.token_ids_note + ")");
+}
+
+/// What the backend did, for the summary and results.json.
+nlohmann::json openai_summary(const openai::openai_backend& b) {
+  const openai::backend_stats st = b.stats();
+  const double hit = st.fork_prompt_tokens ? 100.0 * static_cast<double>(st.fork_cached_tokens) / static_cast<double>(st.fork_prompt_tokens) : 0;
+  fmt::print("openai: {} reasoning streams, {} forks ({} by token ids, {} as text), prefix cache {} of {} fork prompt tokens "
+             "({:.1f}%, from {} usage reports), {} retries, {} stream errors\n",
+             st.reasoning_streams, st.forks, st.forks_token_ids, st.forks_text, st.fork_cached_tokens, st.fork_prompt_tokens, hit,
+             st.fork_usage_reports, st.retries, st.stream_errors);
+  return {{"name", "openai"}, {"server", b.server().kind}, {"model", b.config().model}, {"preset", b.server().family.name},
+          {"reasoning_streams", st.reasoning_streams}, {"forks", st.forks}, {"forks_token_ids", st.forks_token_ids},
+          {"forks_text", st.forks_text}, {"fork_prompt_tokens", st.fork_prompt_tokens},
+          {"fork_cached_tokens", st.fork_cached_tokens}, {"fork_usage_reports", st.fork_usage_reports},
+          {"retries", st.retries}, {"stream_errors", st.stream_errors}, {"cancels", st.cancels}};
+}
+#endif
+
 int run(int argc, char** argv) {
   programs::args a(argc, argv,
                    {"corpus", "corpus-seed", "tasks", "backend", "mode", "config", "rounds", "seed", "target", "devices",
-                    "out", "progress-every"},
+                    "out", "progress-every", "base-url", "model", "preset", "server", "api-key-env", "openai-config"},
                    {"help", "real-time", "resume", "quiet"});
   if (a.has("help")) {
     fmt::print("{}", usage_text);
@@ -74,8 +131,17 @@ int run(int argc, char** argv) {
   }
   if (!a.positional().empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", a.positional().front()));
   const std::string backend_name = a.get("backend", "replay");
-  if (backend_name != "replay")
-    throw std::invalid_argument(fmt::format("--backend {}: only the replay backend is built in this version", backend_name));
+  if (backend_name != "replay" && backend_name != "openai")
+    throw std::invalid_argument(fmt::format("--backend {}: use replay or openai", backend_name));
+  for (const char* flag : {"base-url", "model", "preset", "server", "api-key-env", "openai-config"})
+    if (a.has(flag) && backend_name != "openai") throw std::invalid_argument(fmt::format("--{} needs --backend openai", flag));
+#ifdef SPECGEN_RUN_OPENAI
+  std::optional<openai::openai_config> openai_cfg;
+  if (backend_name == "openai") openai_cfg = openai_config_from(a);
+#else
+  if (backend_name == "openai")
+    throw std::invalid_argument("--backend openai: this specgen-run was built without libcurl (install libcurl4-openssl-dev and rebuild)");
+#endif
 
   // Configuration: a JSON file, then the flags on top.
   nlohmann::json cj = nlohmann::json::object();
@@ -114,22 +180,36 @@ int run(int argc, char** argv) {
   o.resume = a.has("resume");
   if (!o.resume && fs::exists(*o.journal)) fs::remove(*o.journal);
   o.timeline = out / "timeline.json";
-  const bool real_time = a.has("real-time");
+  const bool real_time = a.has("real-time") || backend_name == "openai";  // a real server streams in real time
   o.progress_every = seconds(a.number<double>("progress-every", real_time ? 2.0 : 120.0));
   const int rounds = cfg->budget.max_rounds;
   if (!a.has("quiet")) o.progress = [rounds](const std::vector<search_progress>& p, double now) { print_progress(p, now, rounds); };
 
-  fmt::print("specgen-run: {} task(s), mode {}, {} round(s), backend replay, evaluator: simulated device ({} GPUs, {} time)\n",
-             corpus->tasks.size(), cj.value("mode", std::string("specgen")), rounds, o.sim.devices,
+  fmt::print("specgen-run: {} task(s), mode {}, {} round(s), backend {}, evaluator: simulated device ({} GPUs, {} time)\n",
+             corpus->tasks.size(), cj.value("mode", std::string("specgen")), rounds, backend_name, o.sim.devices,
              real_time ? "real" : "virtual");
   fmt::print("             (the GPU evaluator is not finished in this version; the simulated device answers from the corpus's cost table)\n");
   const nlohmann::json config_json = to_json(*cfg);
-  auto r = real_time ? programs::run_corpus<steady_clock>(*corpus, std::move(*cfg), o)
-                     : programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);
+  nlohmann::json backend_json;  // what the OpenAI backend did; null for replay
+  expected<run_result, error> r;
+#ifdef SPECGEN_RUN_OPENAI
+  if (openai_cfg) {
+    event_loop<steady_clock> loop;
+    auto model = openai::openai_backend::create(loop, *openai_cfg);
+    if (!model) throw std::runtime_error(model.error().message);
+    print_server((*model)->server(), (*model)->config());
+    r = programs::run_corpus_with(loop, **model, *corpus, std::move(*cfg), o);
+    backend_json = openai_summary(**model);
+  }
+#endif
+  if (backend_name == "replay")
+    r = real_time ? programs::run_corpus<steady_clock>(*corpus, std::move(*cfg), o)
+                  : programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);
   if (!r) throw std::runtime_error(r.error().message);
 
   nlohmann::json results = *r;
   results["config"] = config_json;
+  if (!backend_json.is_null()) results["backend"] = backend_json;
   results["corpus"] = a.has("corpus") ? a.get("corpus") : fmt::format("procedural (seed {})", cc.seed);
   {
     std::ofstream f(out / "results.json");

@@ -1,7 +1,7 @@
 #pragma once
 // What the programs share: a corpus (loaded or generated), and one function
-// that runs an engine configuration on it with the replay model and the
-// simulated device, in virtual or real time.
+// that runs an engine configuration on it with a backend (the replay model
+// unless told otherwise) and the simulated device, in virtual or real time.
 #include <specgen/engine.hpp>
 #include <specgen/journal.hpp>
 #include <specgen/modes.hpp>
@@ -53,12 +53,12 @@ struct run_options {
   duration progress_every = seconds(60);
 };
 
-/// Run `cfg` over every task of `c`. Errors (a journal that cannot be read or
-/// written, a resume that does not match) come back as values.
-template <clock Clock>
-expected<run_result, error> run_corpus(const replay::corpus& c, engine_config cfg, const run_options& o) {
-  event_loop<Clock> loop;
-  replay::replay_model model(loop, c.traces, o.replay);
+/// Run `cfg` over every task of `c` with `model`, a backend on `loop`. Errors
+/// (a journal that cannot be read or written, a resume that does not match)
+/// come back as values.
+template <clock Clock, backend Backend>
+expected<run_result, error> run_corpus_with(event_loop<Clock>& loop, Backend& model, const replay::corpus& c, engine_config cfg,
+                                            const run_options& o) {
   sim::simulated_device device(loop, c.costs, o.sim);
   std::optional<journal_state> previous;
   if (o.resume) {
@@ -88,6 +88,14 @@ expected<run_result, error> run_corpus(const replay::corpus& c, engine_config cf
   run_result r = eng.run();
   if (o.timeline && !tl.write(*o.timeline)) return unexpected(error{fmt::format("cannot write {}", o.timeline->string())});
   return r;
+}
+
+/// Run `cfg` over every task of `c` with the replay model playing its traces.
+template <clock Clock>
+expected<run_result, error> run_corpus(const replay::corpus& c, engine_config cfg, const run_options& o) {
+  event_loop<Clock> loop;
+  replay::replay_model model(loop, c.traces, o.replay);
+  return run_corpus_with(loop, model, c, std::move(cfg), o);
 }
 
 }  // namespace specgen::programs

@@ -78,6 +78,9 @@ struct stream_chunk {
   bool reasoning = false;          ///< reasoning (thinking) text, or answer text
   std::string text{};
   std::vector<token_id> tokens{};    ///< ids of exactly this chunk (may be empty if the server gives none)
+  /// How many tokens the chunk holds when `tokens` is empty because the
+  /// server reports counts but not ids; 0: unknown (counted as one).
+  std::uint32_t token_count = 0;
 };
 
 struct usage {

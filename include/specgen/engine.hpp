@@ -220,6 +220,9 @@ class engine final : private stream_sink {
     std::vector<candidate_id> parents;
     std::string reasoning;
     std::vector<token_id> ids;
+    /// Reasoning tokens received: `ids.size()`, or more where the server
+    /// sends counts without ids (forks then carry text; see backend.hpp).
+    std::uint64_t reasoning_tokens = 0;
     /// Two tokens derived from the prompt that lead the KV store's key, before
     /// the reasoning ids. The backend keeps the prompt's own ids, so the
     /// prompt's hash stands in for them: equal reasoning under different
@@ -304,6 +307,9 @@ class engine final : private stream_sink {
   void tick_triggers();
   void terminate_lane(search_rt& s, lane_rt& l, candidate_id because);
   void count_tokens(search_rt& s, std::uint64_t n);
+  static std::uint64_t chunk_tokens(const stream_chunk& c) noexcept {
+    return c.tokens.empty() ? std::max<std::uint64_t>(c.token_count, 1) : c.tokens.size();
+  }
   void report_progress();
   /// The timeline's row group for a search.
   static std::string track_group(const search_rt& s) { return fmt::format("search {} ({})", s.index, s.t->name); }
@@ -491,11 +497,12 @@ void engine<B, E, C>::on_chunk(const stream_chunk& c) {
   if (it->second.fork) {
     auto& f = forks_.at(c.id);
     if (c.sample >= 0 && static_cast<std::size_t>(c.sample) < f.texts.size()) f.texts[static_cast<std::size_t>(c.sample)] += c.text;
-    count_tokens(s, c.tokens.empty() ? 1 : c.tokens.size());
+    count_tokens(s, chunk_tokens(c));
     return;
   }
   auto& l = s.lanes[static_cast<std::size_t>(it->second.lane)];
-  count_tokens(s, c.tokens.empty() ? 1 : c.tokens.size());
+  const std::uint64_t n = chunk_tokens(c);
+  count_tokens(s, n);
   if (!c.reasoning) {
     l.answer += c.text;
     return;
@@ -503,6 +510,7 @@ void engine<B, E, C>::on_chunk(const stream_chunk& c) {
   const std::size_t new_from = l.reasoning.size();
   l.reasoning += c.text;
   l.ids.insert(l.ids.end(), c.tokens.begin(), c.tokens.end());
+  l.reasoning_tokens += n;
   consider_fork(s, l, new_from);
 }
 
@@ -515,16 +523,16 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                             .validation_queue = sched_.queued(stage::validate),
                             .profiling_queue = sched_.queued(stage::profile),
                             .forks_in_flight = l.forks_in_flight,
-                            .tokens_since_fork = l.ids.size() - l.last_fork_tokens,
+                            .tokens_since_fork = l.reasoning_tokens - l.last_fork_tokens,
                             .forks_this_round = l.forks_this_round};
-  const stream_view view{.text = l.reasoning, .new_from = new_from, .tokens = l.ids.size()};
+  const stream_view view{.text = l.reasoning, .new_from = new_from, .tokens = l.reasoning_tokens};
   auto fire = l.trig->on_chunk(view, ctx);
   if (!fire) return;
   if (active_streams_ >= max_streams_ || !waiting_.empty()) {
     // A late fork is worthless and must never delay a main stream: skip it.
     ++s.res.forks_skipped;
     journal("fork_skipped", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"trigger", fire->trigger},
-                             {"prefix_tokens", l.ids.size()}});
+                             {"prefix_tokens", l.reasoning_tokens}});
     return;
   }
   // The key is built only here, when a fork happens, not on every chunk.
@@ -547,20 +555,20 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
   ++s.res.forks;
   ++l.forks_this_round;
   ++l.forks_in_flight;
-  l.last_fork_tokens = l.ids.size();
+  l.last_fork_tokens = l.reasoning_tokens;
   owners_[*id] = stream_owner{.search = s.index, .lane = l.lane, .fork = true};
   fork_rt f{.search = s.index, .round = s.round, .lane = l.lane, .trigger = fire->trigger,
-            .prefix_tokens = l.ids.size(), .texts = std::vector<std::string>(static_cast<std::size_t>(fr.samples)),
+            .prefix_tokens = l.reasoning_tokens, .texts = std::vector<std::string>(static_cast<std::size_t>(fr.samples)),
             .ended = std::vector<bool>(static_cast<std::size_t>(fr.samples), false), .open = fr.samples,
             .began = loop_.now()};
   forks_.emplace(*id, std::move(f));
   s.forks.insert(*id);
   journal("fork", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"stream", *id}, {"trigger", fire->trigger},
-                   {"prefix_tokens", l.ids.size()}, {"samples", fr.samples},
+                   {"prefix_tokens", l.reasoning_tokens}, {"samples", fr.samples},
                    {"kv_cached_tokens", fr.kv ? fr.kv->cached_tokens : 0}});
   if (timeline_)
     timeline_->instant(track_group(s), fmt::format("lane {}", l.lane),
-                       "fork: " + fire->trigger, loop_.now(), {{"prefix_tokens", l.ids.size()}});
+                       "fork: " + fire->trigger, loop_.now(), {{"prefix_tokens", l.reasoning_tokens}});
 }
 
 template <backend B, evaluator E, clock C>
@@ -615,12 +623,12 @@ void engine<B, E, C>::on_end(const stream_end& e) {
   if (timeline_)
     timeline_->span(track_group(s), fmt::format("lane {}", l.lane),
                     fmt::format("round {} reasoning", s.round), l.began, loop_.now(),
-                    {{"tokens", l.ids.size()}, {"terminated", l.terminated}});
+                    {{"tokens", l.reasoning_tokens}, {"terminated", l.terminated}});
   if (e.reason == finish_reason::error)
     journal("stream_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", e.error}});
   if (!l.terminated && (e.reason == finish_reason::stop || e.reason == finish_reason::length)) {
     provenance p{.search = s.index, .round = s.round, .lane = l.lane, .from = origin::main, .trigger = {},
-                 .prefix_tokens = l.ids.size(), .sample = 0, .parents = l.parents};
+                 .prefix_tokens = l.reasoning_tokens, .sample = 0, .parents = l.parents};
     // The final answer is the candidate; a model that put its kernel only in the
     // reasoning (answer truncated) still gets its last complete kernel evaluated.
     std::string text = l.answer.empty() ? l.reasoning : l.answer;
@@ -636,7 +644,7 @@ void engine<B, E, C>::terminate_lane(search_rt& s, lane_rt& l, candidate_id beca
   l.terminated = true;
   ++s.res.terminations;
   journal("terminated", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"by", because},
-                         {"reasoning_tokens", l.ids.size()}});
+                         {"reasoning_tokens", l.reasoning_tokens}});
   if (timeline_)
     timeline_->instant(track_group(s), fmt::format("lane {}", l.lane),
                        fmt::format("early stop by #{}", because), loop_.now());

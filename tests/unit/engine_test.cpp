@@ -344,3 +344,82 @@ TEST_CASE("a stream that cannot start or breaks mid-way ends its lane with a jou
   REQUIRE(st);
   CHECK(st->searches.at(0).rounds_completed == 5);
 }
+
+namespace {
+
+/// A backend whose server reports how many tokens each chunk holds but not
+/// which (as SGLang's chat streams do): the ids are stripped into
+/// `token_count`, and a fork continues from everything the stream delivered.
+template <backend B>
+class counts_only_backend : private stream_sink {
+ public:
+  explicit counts_only_backend(B& inner) : inner_(inner) {}
+  backend_limits limits() const { return inner_.limits(); }
+  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+    auto id = inner_.start_reasoning(r, *this);
+    if (id) sinks_[*id] = &sink;
+    return id;
+  }
+  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+    non_empty_prefixes += !f.reasoning_prefix.empty();
+    fork_request g = f;
+    g.reasoning_prefix = delivered_[f.parent];
+    auto id = inner_.fork(g, *this);
+    if (id) sinks_[*id] = &sink;
+    return id;
+  }
+  void cancel(stream_id id) { inner_.cancel(id); }
+  int non_empty_prefixes = 0;
+
+ private:
+  void on_chunk(const stream_chunk& c) override {
+    if (c.reasoning) delivered_[c.id].insert(delivered_[c.id].end(), c.tokens.begin(), c.tokens.end());
+    stream_chunk counted = c;
+    counted.token_count = static_cast<std::uint32_t>(c.tokens.size());
+    counted.tokens.clear();
+    sinks_.at(c.id)->on_chunk(counted);
+  }
+  void on_end(const stream_end& e) override { sinks_.at(e.id)->on_end(e); }
+
+  B& inner_;
+  std::map<stream_id, stream_sink*> sinks_;
+  std::map<stream_id, std::vector<token_id>> delivered_;
+};
+
+}  // namespace
+
+TEST_CASE("a backend that reports token counts without ids forks where one with ids does") {
+  auto run = [](bool ids) {
+    event_loop<virtual_clock> loop;
+    auto corpus = replay::generate_corpus({.tasks = 2, .rounds = 3, .lanes = 1}, 5);
+    replay::replay_model model(loop, corpus.traces, {});
+    sim::simulated_device device(loop, corpus.costs, {.devices = 4, .compile_slots = 2, .seed = 5});
+    counts_only_backend<replay::replay_model> counts(model);
+    auto cfg = config("+priority", 3, 5);  // no KV store: its key is made of the ids
+    std::vector<search_result> out;
+    if (ids) {
+      engine eng(loop, model, device, std::move(cfg));
+      for (const auto& t : corpus.tasks) eng.add_search(std::make_shared<const task>(t));
+      out = eng.run().searches;
+    } else {
+      engine eng(loop, counts, device, std::move(cfg));
+      for (const auto& t : corpus.tasks) eng.add_search(std::make_shared<const task>(t));
+      out = eng.run().searches;
+      CHECK(counts.non_empty_prefixes == 0);
+    }
+    return out;
+  };
+  const auto with_ids = run(true);
+  const auto counts_only = run(false);
+  REQUIRE(with_ids.size() == counts_only.size());
+  int forks = 0;
+  for (std::size_t i = 0; i < with_ids.size(); ++i) {
+    INFO("search " << i);
+    CHECK(counts_only[i].forks == with_ids[i].forks);
+    CHECK(counts_only[i].candidates == with_ids[i].candidates);
+    CHECK(counts_only[i].generated_tokens == with_ids[i].generated_tokens);
+    CHECK(counts_only[i].best_speedup == with_ids[i].best_speedup);
+    forks += with_ids[i].forks;
+  }
+  CHECK(forks > 0);
+}

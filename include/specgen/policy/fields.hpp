@@ -118,6 +118,10 @@ std::string read_value(const nlohmann::json& j, T& out, const std::string& where
     }
     out = std::move(v);
     return {};
+  } else if constexpr (std::same_as<T, nlohmann::json>) {
+    if (!j.is_object()) return fmt::format("{}: must be an object, got {}", where, j.dump());
+    out = j;
+    return {};
   } else {
     static_assert(sizeof(T) == 0, "read_value: add support for this field type");
   }

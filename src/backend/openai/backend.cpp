@@ -1,0 +1,372 @@
+// The loop side of the backend: what the engine calls, and the deliveries
+// the I/O thread posts back. Every member here is touched on the loop's
+// thread only, except the counters (atomics) and `client_` (thread-safe).
+#include "config.hpp"
+#include "http.hpp"
+#include "wire.hpp"
+
+#include <specgen/backend/openai.hpp>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <unordered_map>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace openai {
+
+namespace {
+
+using detail::delivery_batch;
+
+template <class... F>
+struct overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+overloaded(F...) -> overloaded<F...>;
+
+std::uint64_t chunk_tokens(const stream_chunk& c) {
+  return c.tokens.empty() ? std::max<std::uint64_t>(c.token_count, 1) : c.tokens.size();
+}
+
+/// The ids of `text`, tokenized by the server without special tokens added.
+expected<std::vector<token_id>, error> tokenize(detail::http_client& client, const detail::dialect& d,
+                                                const std::string& model, const std::string& text) {
+  const nlohmann::json body = {{"model", model}, {"prompt", text}, {"add_special_tokens", false}};
+  const detail::plain_result r = client.request_sync("POST", d.tokenize_path, body.dump());
+  if (r.status != 200)
+    return unexpected(error{fmt::format("POST {} answered {}", d.tokenize_path,
+                                        r.status ? fmt::format("HTTP {}: {}", r.status, detail::error_message_of(r.body)) : r.error)});
+  const auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
+    return unexpected(error{fmt::format("POST {} answered without a \"tokens\" array", d.tokenize_path)});
+  std::vector<token_id> ids;
+  for (const auto& v : j["tokens"]) {
+    if (!v.is_number_integer()) return unexpected(error{fmt::format("POST {}: a token id is not an integer", d.tokenize_path)});
+    ids.push_back(v.get<token_id>());
+  }
+  return ids;
+}
+
+}  // namespace
+
+struct openai_backend::impl {
+  /// One request in flight (a main stream or a fork), until its last sample ends.
+  struct request {
+    stream_sink* sink = nullptr;
+    bool fork = false;
+    std::vector<bool> ended;
+    std::vector<std::uint64_t> tokens;  ///< delivered per sample
+    int open = 0;
+    // Main streams: what a fork from them is built of.
+    std::string system, prompt;
+    std::string reasoning;             ///< reasoning text delivered
+    std::vector<token_id> ids;         ///< reasoning ids delivered
+    std::optional<std::vector<token_id>> prompt_ids;
+    bool ids_broken = false;
+  };
+
+  executor& exec;
+  openai_config cfg;
+  detail::dialect dialect{};  ///< set once the server kind is known
+  server_info info;
+  std::string rid_prefix;
+  std::unordered_map<stream_id, request> requests;
+  stream_id next_id = 0;
+  int in_flight = 0;
+  std::atomic<std::uint64_t> reasoning_streams{0}, forks{0}, forks_token_ids{0}, forks_text{0}, fork_prompt_tokens{0},
+      fork_cached_tokens{0}, fork_usage_reports{0}, chunks{0}, stream_errors{0}, cancels{0};
+  /// Queued deliveries check this before touching the backend: it is gone when they run late.
+  std::shared_ptr<int> alive = std::make_shared<int>(0);
+  std::unique_ptr<detail::http_client> client;  // last: its thread stops first
+
+  impl(executor& e, openai_config c, detail::client_options o) : exec(e), cfg(std::move(c)) {
+    rid_prefix = fmt::format("specgen-{:x}-{:x}", static_cast<unsigned>(::getpid()),
+                             static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) & 0xffffffu);
+    client = std::make_unique<detail::http_client>(std::move(o), [this, w = std::weak_ptr<int>(alive)](delivery_batch&& b) {
+      exec.post([this, w, b = std::move(b)]() mutable {
+        if (w.lock()) deliver(b);
+      });
+    });
+  }
+
+  ~impl() {
+    client.reset();  // no delivery is posted after this
+    alive.reset();
+  }
+
+  [[nodiscard]] detail::abort_request abort_of(const std::string& rid) const {
+    if (dialect.abort_path.empty()) return {};
+    return {.path = dialect.abort_path, .body = nlohmann::json{{"rid", rid}}.dump()};
+  }
+
+  expected<void, backend_error> capacity() const {
+    if (in_flight >= cfg.max_streams)
+      return unexpected(backend_error{fmt::format("openai: {} requests in flight (max_streams); retry when one ends", in_flight), true});
+    return {};
+  }
+
+  stream_id add(stream_sink& sink, bool fork, int samples) {
+    const stream_id id = ++next_id;
+    request& r = requests[id];
+    r.sink = &sink;
+    r.fork = fork;
+    r.ended.assign(static_cast<std::size_t>(samples), false);
+    r.tokens.assign(static_cast<std::size_t>(samples), 0);
+    r.open = samples;
+    ++in_flight;
+    return id;
+  }
+
+  expected<stream_id, backend_error> start_reasoning(const reasoning_request& q, stream_sink& sink) {
+    if (auto full = capacity(); !full) return unexpected(full.error());
+    const stream_id id = add(sink, false, 1);
+    request& r = requests[id];
+    r.system = q.system;
+    r.prompt = q.prompt;
+    const std::string rid = fmt::format("{}-{}", rid_prefix, id);
+    client->start_stream(id, "/v1/chat/completions", detail::chat_body(dialect, cfg.model, info.family, q, rid), rid,
+                         abort_of(rid), detail::make_main_decoder(id, info.think_open));
+    ++reasoning_streams;
+    return id;
+  }
+
+  /// Why a fork from `p` cannot carry token ids ("" when it can).
+  [[nodiscard]] std::string no_ids_reason(stream_id parent, const request& p) const {
+    if (!info.token_ids_note.empty()) return info.token_ids_note;
+    if (!p.prompt_ids)
+      return fmt::format("the server sent no prompt token ids for stream {} (vLLM sends them with return_token_ids "
+                         "from 0.10.2 on; SGLang does not stream them)", parent);
+    if (p.ids_broken) return fmt::format("the server skipped reasoning tokens of stream {}, so its ids are not a prefix", parent);
+    return {};
+  }
+
+  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+    if (auto full = capacity(); !full) return unexpected(full.error());
+    if (f.samples < 1) return unexpected(backend_error{fmt::format("openai: a fork needs samples >= 1, got {}", f.samples), false});
+    auto pit = requests.find(f.parent);
+    if (pit == requests.end() || pit->second.fork)
+      return unexpected(backend_error{fmt::format("openai: fork parent {} is not a running reasoning stream of this backend", f.parent), false});
+    const request& p = pit->second;
+    const auto& prefix = f.reasoning_prefix;
+    if (prefix.size() > p.ids.size() || !std::equal(prefix.begin(), prefix.end(), p.ids.begin())) {
+      const auto at = std::mismatch(prefix.begin(), prefix.end(), p.ids.begin(), p.ids.end()).first - prefix.begin();
+      return unexpected(backend_error{fmt::format("openai: fork prefix ({} ids) differs from the {} reasoning ids stream {} "
+                                                  "delivered, at token {}; a fork must carry the exact ids received",
+                                                  prefix.size(), p.ids.size(), f.parent, at), false});
+    }
+    detail::fork_prompt fp;
+    const std::string why_text = no_ids_reason(f.parent, p);
+    if (cfg.fork_prompt == "token_ids" && !why_text.empty())
+      return unexpected(backend_error{"openai: fork_prompt is \"token_ids\" but " + why_text, false});
+    if (cfg.fork_prompt == "text" || !why_text.empty()) {
+      fp.is_text = true;
+      fp.text = detail::render_fork_text(info.family, p.system, p.prompt, p.reasoning);
+    } else {
+      fp.ids.reserve(p.prompt_ids->size() + prefix.size() + info.fork_suffix.size());
+      fp.ids.insert(fp.ids.end(), p.prompt_ids->begin(), p.prompt_ids->end());
+      fp.ids.insert(fp.ids.end(), prefix.begin(), prefix.end());
+      fp.ids.insert(fp.ids.end(), info.fork_suffix.begin(), info.fork_suffix.end());
+    }
+    const stream_id id = add(sink, true, f.samples);
+    const std::string rid = fmt::format("{}-{}", rid_prefix, id);
+    const int max_tokens = std::max(1, std::min(f.params.max_tokens, cfg.fork_max_tokens));
+    client->start_stream(id, "/v1/completions",
+                         detail::completion_body(dialect, cfg.model, fp, f.samples, f.params, max_tokens, f.ctx.seed, rid), rid,
+                         abort_of(rid),
+                         detail::make_fork_decoder(id, {.samples = f.samples, .stop_at_closing_fence = cfg.stop_at_closing_fence,
+                                                        .tail_tokens = cfg.fork_tail_tokens}));
+    ++forks;
+    ++(fp.is_text ? forks_text : forks_token_ids);
+    return id;
+  }
+
+  void cancel(stream_id id) {
+    auto it = requests.find(id);
+    if (it == requests.end()) return;
+    request& r = it->second;
+    std::vector<stream_end> ends;
+    for (std::size_t i = 0; i < r.ended.size(); ++i) {
+      if (r.ended[i]) continue;
+      usage u;
+      u.completion_tokens = r.tokens[i];
+      if (!r.fork) {
+        u.prompt_tokens = r.prompt_ids ? r.prompt_ids->size() : 0;
+        u.reasoning_tokens = r.ids.empty() ? 0 : r.ids.size();
+      }
+      ends.push_back(stream_end{.id = id, .sample = static_cast<int>(i), .reason = finish_reason::cancelled, .used = u, .error = {}});
+    }
+    stream_sink* sink = r.sink;
+    requests.erase(it);
+    --in_flight;
+    ++cancels;
+    client->cancel(id);
+    // Delivered from the loop, never from inside cancel().
+    exec.post([w = std::weak_ptr<int>(alive), sink, ends = std::move(ends)] {
+      if (w.lock())
+        for (const auto& e : ends) sink->on_end(e);
+    });
+  }
+
+  void deliver(delivery_batch& batch) {
+    for (auto& d : batch)
+      std::visit(overloaded{[this](stream_chunk& c) { on_chunk(c); }, [this](stream_end& e) { on_end(e); },
+                            [this](detail::stream_meta& m) { on_meta(m); }},
+                 d);
+  }
+
+  void on_chunk(stream_chunk& c) {
+    auto it = requests.find(c.id);
+    if (it == requests.end()) return;  // cancelled: late chunks are dropped
+    request& r = it->second;
+    const auto k = static_cast<std::size_t>(c.sample);
+    if (k >= r.ended.size() || r.ended[k]) return;
+    r.tokens[k] += chunk_tokens(c);
+    if (!r.fork && c.reasoning) {
+      r.reasoning += c.text;
+      r.ids.insert(r.ids.end(), c.tokens.begin(), c.tokens.end());
+    }
+    ++chunks;
+    r.sink->on_chunk(c);  // may cancel this stream or fork from it: `r` is not used after this
+  }
+
+  void on_end(stream_end& e) {
+    auto it = requests.find(e.id);
+    if (it == requests.end()) return;
+    request& r = it->second;
+    const auto k = static_cast<std::size_t>(e.sample);
+    if (k >= r.ended.size() || r.ended[k]) return;
+    r.ended[k] = true;
+    stream_sink* sink = r.sink;
+    if (r.fork && e.used.prompt_tokens > 0) {
+      fork_prompt_tokens += e.used.prompt_tokens;
+      fork_cached_tokens += e.used.cached_prompt_tokens;
+      ++fork_usage_reports;
+    }
+    if (e.reason == finish_reason::error) ++stream_errors;
+    if (--r.open == 0) {
+      requests.erase(it);
+      --in_flight;
+    }
+    sink->on_end(e);
+  }
+
+  void on_meta(detail::stream_meta& m) {
+    auto it = requests.find(m.id);
+    if (it == requests.end()) return;
+    if (m.prompt_ids) it->second.prompt_ids = std::move(m.prompt_ids);
+    if (m.ids_broken) it->second.ids_broken = true;
+  }
+};
+
+openai_backend::openai_backend(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+openai_backend::~openai_backend() = default;
+
+expected<std::unique_ptr<openai_backend>, error> openai_backend::create(executor& loop, openai_config config) {
+  if (auto why = config.invalid(); !why.empty()) return unexpected(error{"openai backend: " + why});
+  if (loop.is_virtual())
+    return unexpected(error{"openai backend: it talks to a real server, so it needs a real-time loop (event_loop<steady_clock>)"});
+  config.base_url = normalized_base_url(config.base_url);
+  detail::client_options o{.base_url = config.base_url, .headers = {}, .connect_timeout_s = config.connect_timeout_s,
+                           .idle_timeout_s = config.idle_timeout_s, .max_retries = config.max_retries,
+                           .retry_initial_s = config.retry_initial_s, .retry_max_s = config.retry_max_s};
+  if (!config.api_key_env.empty()) {
+    const char* key = std::getenv(config.api_key_env.c_str());
+    if (!key || !*key)
+      return unexpected(error{fmt::format("openai backend: api_key_env names ${}, which is not set (or empty)", config.api_key_env)});
+    o.headers.push_back(fmt::format("Authorization: Bearer {}", key));
+  }
+  auto family = resolve_family(config);
+  if (!family) return unexpected(error{"openai backend: " + family.error().message});
+
+  // The client runs before the server kind is known: the probe needs it.
+  auto p = std::make_unique<impl>(loop, config, std::move(o));
+  impl& m = *p;
+  m.info.family = std::move(*family);
+
+  if (config.probe) {
+    const detail::plain_result r = m.client->request_sync("GET", "/v1/models", "");
+    if (r.status == 0) return unexpected(error{fmt::format("openai backend: cannot reach {}: {}", config.base_url, r.error)});
+    if (r.status == 401 || r.status == 403)
+      return unexpected(error{fmt::format("openai backend: {} refused the API key (HTTP {}{}): {}", config.base_url, r.status,
+                                          config.api_key_env.empty() ? "; no key was sent, set api_key_env" : "",
+                                          detail::error_message_of(r.body))});
+    if (r.status != 200)
+      return unexpected(error{fmt::format("openai backend: GET {}/v1/models answered HTTP {}: {}", config.base_url, r.status,
+                                          detail::error_message_of(r.body))});
+    const auto j = nlohmann::json::parse(r.body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array())
+      return unexpected(error{fmt::format("openai backend: GET {}/v1/models is not an OpenAI model list", config.base_url)});
+    std::string owner;
+    for (const auto& e : j["data"]) {
+      if (!e.is_object() || !e.contains("id") || !e["id"].is_string()) continue;
+      m.info.models.push_back(e["id"].get<std::string>());
+      if (m.info.models.back() == config.model && e.contains("owned_by") && e["owned_by"].is_string())
+        owner = e["owned_by"].get<std::string>();
+    }
+    if (std::find(m.info.models.begin(), m.info.models.end(), config.model) == m.info.models.end())
+      return unexpected(error{fmt::format("openai backend: {} does not serve \"{}\"; it serves: {}", config.base_url, config.model,
+                                          m.info.models.empty() ? "nothing" : fmt::format("\"{}\"", fmt::join(m.info.models, "\", \"")))});
+    if (config.server == "auto") m.cfg.server = owner == "vllm" || owner == "sglang" ? owner : "openai";
+  }
+  m.dialect = *detail::dialect_of(m.cfg.server);
+  if (!config.abort_path.empty()) m.dialect.abort_path = config.abort_path;
+  m.info.kind = m.dialect.kind;
+  m.cfg.abort_path = m.dialect.abort_path;
+
+  if (config.fork_prompt != "text") {
+    if (!config.probe) {
+      m.info.token_ids_note = "probe is off, so the fork suffix was not tokenized";
+    } else if (m.dialect.tokenize_path.empty()) {
+      m.info.token_ids_note = fmt::format("a \"{}\" server has no tokenize endpoint, so the fork suffix has no ids", m.dialect.kind);
+    } else {
+      auto suffix = tokenize(*m.client, m.dialect, config.model, m.info.family.think_close + m.info.family.answer_cue);
+      expected<std::vector<token_id>, error> open = std::vector<token_id>{};
+      if (suffix && !m.info.family.think_open.empty()) open = tokenize(*m.client, m.dialect, config.model, m.info.family.think_open);
+      if (!suffix || !open) {
+        m.info.token_ids_note = fmt::format("the fork suffix could not be tokenized: {}", (!suffix ? suffix : open).error().message);
+      } else {
+        m.info.fork_suffix = std::move(*suffix);
+        m.info.think_open = std::move(*open);
+      }
+    }
+    if (config.fork_prompt == "token_ids" && !m.info.token_ids_note.empty())
+      return unexpected(error{"openai backend: fork_prompt is \"token_ids\" but " + m.info.token_ids_note});
+  }
+  return std::unique_ptr<openai_backend>(new openai_backend(std::move(p)));
+}
+
+backend_limits openai_backend::limits() const noexcept {
+  return {.max_concurrent_streams = impl_->cfg.max_streams, .token_ids = impl_->dialect.kind == "vllm", .kv_hooks = false};
+}
+
+expected<stream_id, backend_error> openai_backend::start_reasoning(const reasoning_request& r, stream_sink& sink) {
+  return impl_->start_reasoning(r, sink);
+}
+
+expected<stream_id, backend_error> openai_backend::fork(const fork_request& f, stream_sink& sink) { return impl_->fork(f, sink); }
+
+void openai_backend::cancel(stream_id id) { impl_->cancel(id); }
+
+const openai_config& openai_backend::config() const noexcept { return impl_->cfg; }
+const server_info& openai_backend::server() const noexcept { return impl_->info; }
+
+backend_stats openai_backend::stats() const {
+  const impl& m = *impl_;
+  const detail::client_counters c = m.client->counters();
+  return {.reasoning_streams = m.reasoning_streams, .forks = m.forks, .forks_token_ids = m.forks_token_ids,
+          .forks_text = m.forks_text, .fork_prompt_tokens = m.fork_prompt_tokens, .fork_cached_tokens = m.fork_cached_tokens,
+          .fork_usage_reports = m.fork_usage_reports, .chunks = m.chunks, .http_requests = c.http_requests,
+          .retries = c.retries, .stream_errors = m.stream_errors, .cancels = m.cancels, .aborts_posted = c.aborts_posted,
+          .io_cpu_seconds = m.client->io_cpu_seconds()};
+}
+
+}  // namespace openai
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,155 @@
+// Model-family presets and the configuration's checks.
+#include "config.hpp"
+
+#include "wire.hpp"
+
+#include <specgen/policy/fields.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace openai {
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+template <std::size_t N>
+bool one_of(std::string_view v, const std::array<std::string_view, N>& options) {
+  return std::find(options.begin(), options.end(), v) != options.end();
+}
+
+constexpr std::array<std::string_view, 4> server_kinds{"auto", "vllm", "sglang", "openai"};
+constexpr std::array<std::string_view, 3> fork_prompts{"auto", "token_ids", "text"};
+
+std::vector<model_preset> make_presets() {
+  const nlohmann::json enable_thinking = {{"chat_template_kwargs", {{"enable_thinking", true}}}};
+  std::vector<model_preset> v;
+  // DeepSeek-R1 (0528 template): the generation prompt already ends with "<think>\n".
+  v.push_back({.name = "deepseek-r1",
+               .match = {"deepseek-r1", "deepseek-reasoner"},
+               .think_open = "",
+               .think_close = "</think>",
+               .answer_cue = model_preset{}.answer_cue,
+               .reasoning_options = nlohmann::json::object(),
+               .prompt_template = "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>{system}"
+                                  "<\xEF\xBD\x9CUser\xEF\xBD\x9C>{prompt}<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think>\n"});
+  // DeepSeek-V3.1 and later: hybrid; the template's "thinking" switch ends the prompt with "<think>".
+  v.push_back({.name = "deepseek-v3",
+               .match = {"deepseek-v3", "deepseek-chat"},
+               .think_open = "",
+               .think_close = "</think>",
+               .answer_cue = model_preset{}.answer_cue,
+               .reasoning_options = {{"chat_template_kwargs", {{"thinking", true}}}},
+               .prompt_template = "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>{system}"
+                                  "<\xEF\xBD\x9CUser\xEF\xBD\x9C>{prompt}<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think>"});
+  // Qwen3 (hybrid thinking): the model writes "<think>" itself.
+  v.push_back({.name = "qwen3",
+               .match = {"qwen3"},
+               .think_open = "<think>",
+               .think_close = "</think>",
+               .answer_cue = model_preset{}.answer_cue,
+               .reasoning_options = enable_thinking,
+               .prompt_template = "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{prompt}<|im_end|>\n"
+                                  "<|im_start|>assistant\n"});
+  // GLM-4.5, 4.6, 4.7 and GLM-5: the model writes "<think>" itself.
+  v.push_back({.name = "glm-4.5",
+               .match = {"glm-4.5", "glm-4.6", "glm-4.7", "glm-5"},
+               .think_open = "<think>",
+               .think_close = "</think>",
+               .answer_cue = model_preset{}.answer_cue,
+               .reasoning_options = enable_thinking,
+               .prompt_template = "[gMASK]<sop><|system|>\n{system}<|user|>\n{prompt}<|assistant|>"});
+  v.push_back(model_preset{});
+  return v;
+}
+
+}  // namespace
+
+std::string model_preset::invalid() const {
+  if (name.empty()) return "name is empty";
+  if (think_close.empty()) return "think_close is empty: a fork must end the reasoning before it answers";
+  if (prompt_template.find("{prompt}") == std::string::npos) return "prompt_template has no {prompt}";
+  return {};
+}
+
+const std::vector<model_preset>& builtin_presets() {
+  static const std::vector<model_preset> presets = make_presets();
+  return presets;
+}
+
+expected<model_preset, error> find_preset(std::string_view name) {
+  std::vector<std::string_view> names;
+  for (const auto& p : builtin_presets()) {
+    if (p.name == name) return p;
+    names.push_back(p.name);
+  }
+  return unexpected(error{fmt::format("unknown preset \"{}\" (known: auto, {})", name, fmt::join(names, ", "))});
+}
+
+const model_preset& preset_for_model(std::string_view model) {
+  const std::string m = lower(model);
+  const auto& all = builtin_presets();
+  for (const auto& p : all)
+    for (const auto& s : p.match)
+      if (m.find(s) != std::string::npos) return p;
+  return all.back();  // generic
+}
+
+std::string openai_config::invalid() const {
+  if (base_url.empty()) return "base_url is empty: give the server's address, e.g. http://127.0.0.1:8000";
+  if (!base_url.starts_with("http://") && !base_url.starts_with("https://"))
+    return fmt::format("base_url \"{}\" must start with http:// or https://", base_url);
+  if (base_url.find_first_not_of('/', base_url.find("//") + 2) == std::string::npos)
+    return fmt::format("base_url \"{}\" has no host", base_url);
+  if (model.empty()) return "model is empty: give the served model name (GET /v1/models lists them)";
+  if (!one_of(server, server_kinds)) return fmt::format("server \"{}\" is not one of auto, vllm, sglang, openai", server);
+  if (server == "auto" && !probe) return "server \"auto\" is found by the probe: set probe, or name the server (vllm, sglang, openai)";
+  if (!one_of(fork_prompt, fork_prompts)) return fmt::format("fork_prompt \"{}\" is not one of auto, token_ids, text", fork_prompt);
+  if (fork_prompt == "token_ids" && !probe) return "fork_prompt \"token_ids\" needs probe (the fork suffix is tokenized by the server)";
+  if (!(connect_timeout_s > 0) || !(idle_timeout_s > 0)) return "connect_timeout_s and idle_timeout_s must be > 0";
+  if (max_streams < 1) return "max_streams must be >= 1";
+  if (max_retries < 0) return "max_retries must be >= 0";
+  if (!(retry_initial_s > 0) || retry_max_s < retry_initial_s) return "need 0 < retry_initial_s <= retry_max_s";
+  if (fork_max_tokens < 1) return "fork_max_tokens must be >= 1";
+  if (fork_tail_tokens < 0) return "fork_tail_tokens must be >= 0";
+  if (!abort_path.empty() && abort_path.front() != '/') return fmt::format("abort_path \"{}\" must start with /", abort_path);
+  if (auto f = resolve_family(*this); !f) return f.error().message;
+  return {};
+}
+
+expected<openai_config, error> config_from_json(const nlohmann::json& j) {
+  return specgen::detail::read_fields<openai_config>(j, "openai");
+}
+
+nlohmann::json to_json(const openai_config& c) { return specgen::detail::write_fields(c); }
+
+expected<model_preset, error> resolve_family(const openai_config& c) {
+  model_preset base;
+  if (c.preset == "auto") {
+    base = preset_for_model(c.model);
+  } else {
+    auto p = find_preset(c.preset);
+    if (!p) return unexpected(p.error());
+    base = std::move(*p);
+  }
+  return specgen::detail::read_fields<model_preset>(c.family, "family", std::move(base));
+}
+
+std::string normalized_base_url(std::string_view url) {
+  std::string u(url);
+  while (!u.empty() && u.back() == '/') u.pop_back();
+  if (u.ends_with("/v1")) u.resize(u.size() - 3);
+  return u;
+}
+
+}  // namespace openai
+SPECGEN_END_NAMESPACE

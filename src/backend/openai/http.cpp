@@ -1,0 +1,532 @@
+#include "http.hpp"
+
+#include "sse.hpp"
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace openai::detail {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Bytes of a failed answer kept for its error message.
+constexpr std::size_t max_error_body = 64 * 1024;
+/// A plain answer larger than this is cut (probes and aborts are small).
+constexpr std::size_t max_plain_body = 16 * 1024 * 1024;
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+/// Errors a retry can cure: the server was not there yet, or the connection broke.
+bool transient(CURLcode rc) {
+  switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool retryable_status(long status) { return status == 429 || (status >= 500 && status <= 599); }
+
+/// "Retry-After: 3" (seconds; an HTTP date is ignored and the backoff used instead).
+std::optional<double> parse_retry_after(std::string_view line) {
+  constexpr std::string_view name = "retry-after:";
+  if (line.size() < name.size()) return std::nullopt;
+  for (std::size_t i = 0; i < name.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return std::nullopt;
+  std::string value(line.substr(name.size()));
+  try {
+    std::size_t used = 0;
+    const double s = std::stod(value, &used);
+    if (s >= 0 && std::isfinite(s)) return s;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+struct http_client::impl {
+  struct transfer {
+    impl* owner = nullptr;
+    stream_id id = 0;  ///< 0 for a plain request
+    CURL* easy = nullptr;
+    curl_slist* headers = nullptr;
+    std::string url, method, body, request_id;
+    abort_request abort{};
+    std::unique_ptr<stream_decoder> decoder{};
+    std::function<void(plain_result)> done{};
+    sse_parser sse{};
+    long status = 0;
+    std::string answer{};  ///< a plain answer, or a failed one's body
+    std::optional<double> retry_after{};
+    int attempt = 0;
+    bool in_multi = false;
+    bool saw_done = false;
+    bool stopped = false;  ///< the decoder needs nothing more: the write callback aborted the transfer
+    clock_type::time_point last_activity{};
+
+    transfer() = default;
+    transfer(const transfer&) = delete;  // curl holds a pointer to it
+    transfer& operator=(const transfer&) = delete;
+    ~transfer() {
+      if (easy) curl_easy_cleanup(easy);
+      if (headers) curl_slist_free_all(headers);
+    }
+  };
+
+  struct command {
+    enum class kind : std::uint8_t { start, cancel, stop } what = kind::start;
+    stream_id id = 0;
+    std::unique_ptr<transfer> t{};
+  };
+
+  client_options opt;
+  deliver_fn deliver;
+  CURLM* multi = nullptr;
+  // libcurl's socket interface on our own epoll: each wake-up costs work for
+  // the sockets that are ready, not for every transfer (curl_multi_perform
+  // visits all of them), which keeps the cost per chunk flat with 64 streams.
+  int epfd = -1;
+  int wake_fd = -1;  ///< an eventfd: commands are waiting
+  std::optional<clock_type::time_point> curl_due{};  ///< when libcurl wants its timeout action
+  std::thread thread;
+  std::mutex mutex;
+  std::vector<command> commands;  // guarded by mutex
+  std::unordered_map<stream_id, std::unique_ptr<transfer>> streams;
+  std::vector<std::unique_ptr<transfer>> plains;
+  std::vector<std::pair<clock_type::time_point, stream_id>> retry_queue;
+  delivery_batch batch;
+  clock_type::time_point next_idle_check{};
+  std::atomic<std::uint64_t> http_requests{0}, retries{0}, aborts_posted{0};
+  std::atomic<bool> running{true};
+  std::atomic<bool> commands_waiting{false};
+  double final_cpu = 0;  ///< CPU time at exit, once the thread is gone
+
+  impl(client_options o, deliver_fn d) : opt(std::move(o)), deliver(std::move(d)) {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+    multi = curl_multi_init();
+    epfd = ::epoll_create1(EPOLL_CLOEXEC);
+    wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!multi || epfd < 0 || wake_fd < 0) throw std::runtime_error("openai backend: cannot set up the I/O loop (curl_multi_init, epoll, eventfd)");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = wake_fd;
+    ::epoll_ctl(epfd, EPOLL_CTL_ADD, wake_fd, &ev);
+    curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, &impl::on_socket);
+    curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, this);
+    curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, &impl::on_timer);
+    curl_multi_setopt(multi, CURLMOPT_TIMERDATA, this);
+    thread = std::thread([this] { run(); });
+  }
+
+  ~impl() {
+    push(command{.what = command::kind::stop, .id = 0, .t = nullptr});
+    thread.join();
+    for (auto& [id, t] : streams)
+      if (t->in_multi) curl_multi_remove_handle(multi, t->easy);
+    for (auto& t : plains)
+      if (t->in_multi) curl_multi_remove_handle(multi, t->easy);
+    streams.clear();
+    plains.clear();
+    curl_multi_cleanup(multi);
+    ::close(epfd);
+    ::close(wake_fd);
+  }
+
+  void push(command c) {
+    {
+      std::lock_guard lock(mutex);
+      commands.push_back(std::move(c));
+    }
+    commands_waiting = true;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  std::unique_ptr<transfer> make(std::string method, std::string path, std::string body, bool stream) {
+    auto t = std::make_unique<transfer>();
+    t->owner = this;
+    t->url = opt.base_url + path;
+    t->method = std::move(method);
+    t->body = std::move(body);
+    t->easy = curl_easy_init();
+    if (!t->easy) throw std::runtime_error("openai backend: curl_easy_init failed");
+    // Without "Expect:" curl waits for a "100 Continue" before sending a large body (a fork's ids).
+    t->headers = curl_slist_append(t->headers, "Expect:");
+    if (t->method == "POST") t->headers = curl_slist_append(t->headers, "Content-Type: application/json");
+    t->headers = curl_slist_append(t->headers, stream ? "Accept: text/event-stream" : "Accept: application/json");
+    for (const auto& h : opt.headers) t->headers = curl_slist_append(t->headers, h.c_str());
+    CURL* e = t->easy;
+    curl_easy_setopt(e, CURLOPT_URL, t->url.c_str());
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(ms(opt.connect_timeout_s).count()));
+    if (!stream) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(ms(opt.connect_timeout_s + opt.idle_timeout_s).count()));
+    if (t->method == "POST") {
+      curl_easy_setopt(e, CURLOPT_POST, 1L);
+      curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->body.c_str());
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t->body.size()));
+    }
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &impl::on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &impl::on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
+    return t;
+  }
+
+  // ---- the I/O thread --------------------------------------------------------------
+
+  static int on_socket(CURL*, curl_socket_t s, int what, void* user, void* assigned) {
+    auto& m = *static_cast<impl*>(user);
+    if (what == CURL_POLL_REMOVE) {
+      ::epoll_ctl(m.epfd, EPOLL_CTL_DEL, s, nullptr);
+      return 0;
+    }
+    epoll_event ev{};
+    ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+    ev.data.fd = s;
+    if (assigned) {
+      ::epoll_ctl(m.epfd, EPOLL_CTL_MOD, s, &ev);
+    } else {
+      ::epoll_ctl(m.epfd, EPOLL_CTL_ADD, s, &ev);
+      curl_multi_assign(m.multi, s, &m);  // marks the socket as watched
+    }
+    return 0;
+  }
+
+  static int on_timer(CURLM*, long timeout_ms, void* user) {
+    auto& m = *static_cast<impl*>(user);
+    if (timeout_ms < 0) m.curl_due.reset();
+    else m.curl_due = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+    return 0;
+  }
+
+  /// Runs the queued commands; false once told to stop.
+  bool take_commands() {
+    commands_waiting = false;
+    std::vector<command> todo;
+    {
+      std::lock_guard lock(mutex);
+      todo.swap(commands);
+    }
+    bool launched = false;
+    for (auto& c : todo) {
+      if (c.what == command::kind::stop) {
+        final_cpu = thread_cpu(pthread_self());
+        running = false;
+        return false;
+      }
+      if (c.what == command::kind::start) {
+        launch(*c.t);
+        launched = true;
+        if (c.t->id) streams[c.t->id] = std::move(c.t);
+        else plains.push_back(std::move(c.t));
+      } else {
+        cancel_now(c.id);
+      }
+    }
+    if (launched) {  // connect now, not after the next wait: a fork's first byte is on the clock
+      int running_handles = 0;
+      curl_due.reset();
+      curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running_handles);
+    }
+    return true;
+  }
+
+  void run() {
+    // Few events per wait: a socket that became ready (a fork's connection) waits behind at most this many.
+    std::array<epoll_event, 16> events{};
+    while (take_commands()) {
+      relaunch_due(clock_type::now());
+      const int n = ::epoll_wait(epfd, events.data(), static_cast<int>(events.size()), wait_ms());
+      int running_handles = 0;
+      for (int i = 0; i < n; ++i) {
+        const int fd = events[static_cast<std::size_t>(i)].data.fd;
+        const std::uint32_t e = events[static_cast<std::size_t>(i)].events;
+        if (fd == wake_fd) {
+          std::uint64_t v = 0;
+          [[maybe_unused]] const auto r = ::read(wake_fd, &v, sizeof v);
+          continue;
+        }
+        const int flags = ((e & (EPOLLIN | EPOLLHUP | EPOLLERR)) ? CURL_CSELECT_IN : 0) | ((e & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
+                          ((e & EPOLLERR) ? CURL_CSELECT_ERR : 0);
+        curl_multi_socket_action(multi, fd, flags, &running_handles);
+        // A request queued now would otherwise wait for the rest of this batch of chunks.
+        if (commands_waiting && !take_commands()) return;
+      }
+      if (curl_due && *curl_due <= clock_type::now()) {
+        curl_due.reset();
+        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running_handles);
+      }
+      int left = 0;
+      while (CURLMsg* m = curl_multi_info_read(multi, &left))
+        if (m->msg == CURLMSG_DONE) completed(m->easy_handle, m->data.result);
+      check_idle(clock_type::now());
+      if (!batch.empty()) {
+        deliver(std::move(batch));
+        batch = {};
+      }
+    }
+  }
+
+  /// Until the earliest of: libcurl's timeout, a retry, the next idle check.
+  int wait_ms() const {
+    const auto now = clock_type::now();
+    auto until = now + std::chrono::seconds(1);
+    if (curl_due) until = std::min(until, *curl_due);
+    for (const auto& [due, id] : retry_queue) until = std::min(until, due);
+    if (!streams.empty()) until = std::min(until, next_idle_check);
+    return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(std::max(until - now, clock_type::duration{0})).count());
+  }
+
+  void relaunch_due(clock_type::time_point now) {
+    for (std::size_t i = 0; i < retry_queue.size();) {
+      const auto [due, id] = retry_queue[i];
+      if (due > now) {
+        ++i;
+        continue;
+      }
+      retry_queue.erase(retry_queue.begin() + static_cast<std::ptrdiff_t>(i));
+      if (auto it = streams.find(id); it != streams.end() && !it->second->in_multi) launch(*it->second);
+    }
+  }
+
+  void launch(transfer& t) {
+    t.status = 0;
+    t.answer.clear();
+    t.retry_after.reset();
+    t.saw_done = false;
+    t.stopped = false;
+    t.sse.reset();
+    if (t.decoder) t.decoder->reset();
+    ++t.attempt;
+    t.last_activity = clock_type::now();
+    curl_multi_add_handle(multi, t.easy);
+    t.in_multi = true;
+    ++http_requests;
+  }
+
+  static std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
+    auto& t = *static_cast<transfer*>(user);
+    const std::string_view line(p, size * n);
+    if (line.starts_with("HTTP/")) t.retry_after.reset();  // a new response (after a 100, or a redirect)
+    else if (auto s = parse_retry_after(line)) t.retry_after = s;
+    t.last_activity = clock_type::now();
+    return size * n;
+  }
+
+  static std::size_t on_write(char* p, std::size_t size, std::size_t n, void* user) {
+    auto& t = *static_cast<transfer*>(user);
+    return t.owner->write(t, std::string_view(p, size * n));
+  }
+
+  std::size_t write(transfer& t, std::string_view bytes) {
+    t.last_activity = clock_type::now();
+    if (t.status == 0) curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &t.status);
+    if (!t.decoder || t.status < 200 || t.status > 299) {
+      const std::size_t cap = t.decoder ? max_error_body : max_plain_body;
+      t.answer.append(bytes.substr(0, cap - std::min(cap, t.answer.size())));
+      return bytes.size();
+    }
+    t.sse.feed(bytes, [&](std::string_view data) { event(t, data); });
+    if (t.decoder->finished() && !t.saw_done) {
+      t.stopped = true;
+      return 0;  // makes curl abort the transfer: nothing more is wanted
+    }
+    return bytes.size();
+  }
+
+  void event(transfer& t, std::string_view data) {
+    if (t.decoder->finished()) return;
+    if (data == "[DONE]") {
+      t.saw_done = true;
+      t.decoder->on_done(batch);
+    } else {
+      t.decoder->on_event(data, batch);
+    }
+  }
+
+  void completed(CURL* easy, CURLcode rc) {
+    transfer* tp = nullptr;
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, &tp);
+    transfer& t = *tp;
+    curl_multi_remove_handle(multi, easy);
+    t.in_multi = false;
+    if (t.status == 0) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &t.status);
+    if (!t.decoder) {
+      finish_plain(t, rc);
+      return;
+    }
+    if (t.stopped) {  // every sample ended before the server finished: cancel it there
+      post_abort(t);
+      streams.erase(t.id);
+      return;
+    }
+    const bool ok_status = t.status >= 200 && t.status <= 299;
+    if (rc == CURLE_OK && ok_status) {
+      t.sse.finish([&](std::string_view data) { event(t, data); });
+      if (!t.decoder->finished()) {
+        if (t.saw_done) t.decoder->on_done(batch);
+        else t.decoder->on_eof(batch);
+      }
+      streams.erase(t.id);
+      return;
+    }
+    // A failure: an HTTP error status, or a transport error (possibly mid-stream).
+    const bool can_retry = !t.decoder->committed() && t.attempt <= opt.max_retries &&
+                           (ok_status || t.status == 0 ? transient(rc) : retryable_status(t.status));
+    if (can_retry) {
+      ++retries;
+      retry_queue.emplace_back(clock_type::now() + backoff(t), t.id);
+      return;  // relaunched by the loop when due
+    }
+    if (ok_status) t.sse.finish([&](std::string_view data) { event(t, data); });  // keep a last complete event
+    std::string why;
+    if (!ok_status && t.status != 0)
+      why = fmt::format("HTTP {} from {}: {}", t.status, t.url, error_message_of(t.answer));
+    else
+      why = fmt::format("{} {}: {}", t.decoder->committed() ? "the stream from" : "no answer from", t.url, curl_easy_strerror(rc));
+    if (t.attempt > 1) why += fmt::format(" (after {} attempts)", t.attempt);
+    t.decoder->on_failure(why, batch);
+    streams.erase(t.id);
+  }
+
+  std::chrono::milliseconds backoff(const transfer& t) const {
+    if (t.retry_after) return ms(std::min(*t.retry_after, opt.retry_max_s));
+    // Exponential, with a deterministic spread of +-25% so that many streams
+    // refused at once do not come back at once.
+    const double base = std::min(opt.retry_max_s, opt.retry_initial_s * std::ldexp(1.0, std::max(t.attempt - 1, 0)));
+    const std::uint64_t h = (t.id * 0x9e3779b97f4a7c15ull) ^ (static_cast<std::uint64_t>(t.attempt) * 0xbf58476d1ce4e5b9ull);
+    const double spread = 0.75 + 0.5 * static_cast<double>(h >> 11) / static_cast<double>(1ull << 53);
+    return ms(base * spread);
+  }
+
+  void finish_plain(transfer& t, CURLcode rc) {
+    plain_result r;
+    r.status = rc == CURLE_OK ? t.status : 0;
+    r.body = std::move(t.answer);
+    if (rc != CURLE_OK) r.error = curl_easy_strerror(rc);
+    auto done = std::move(t.done);
+    std::erase_if(plains, [&](const std::unique_ptr<transfer>& p) { return p.get() == &t; });
+    if (done) done(std::move(r));
+  }
+
+  void check_idle(clock_type::time_point now) {
+    if (now < next_idle_check) return;
+    next_idle_check = now + std::chrono::milliseconds(20);
+    std::vector<stream_id> expired;
+    for (auto& [id, t] : streams)
+      if (t->in_multi && now - t->last_activity > ms(opt.idle_timeout_s)) expired.push_back(id);
+    for (stream_id id : expired) {
+      transfer& t = *streams.at(id);
+      curl_multi_remove_handle(multi, t.easy);
+      t.in_multi = false;
+      t.sse.finish([&](std::string_view data) { event(t, data); });
+      t.decoder->on_failure(fmt::format("no data from {} for {} s (idle_timeout_s)", t.url, opt.idle_timeout_s), batch);
+      post_abort(t);
+      streams.erase(id);
+    }
+  }
+
+  void cancel_now(stream_id id) {
+    auto it = streams.find(id);
+    if (it == streams.end()) return;
+    transfer& t = *it->second;
+    if (t.in_multi) {
+      curl_multi_remove_handle(multi, t.easy);  // closes the connection mid-response: vLLM aborts the request
+      post_abort(t);
+    }
+    streams.erase(it);
+  }
+
+  void post_abort(const transfer& t) {
+    if (t.abort.path.empty()) return;
+    ++aborts_posted;
+    auto a = make("POST", t.abort.path, t.abort.body, false);
+    launch(*a);
+    plains.push_back(std::move(a));
+  }
+
+  static double thread_cpu(pthread_t th) {
+    clockid_t cid{};
+    timespec ts{};
+    if (pthread_getcpuclockid(th, &cid) != 0 || clock_gettime(cid, &ts) != 0) return 0;
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+};
+
+http_client::http_client(client_options options, deliver_fn deliver)
+    : impl_(std::make_unique<impl>(std::move(options), std::move(deliver))) {}
+
+http_client::~http_client() = default;
+
+void http_client::start_stream(stream_id id, std::string path, std::string body, std::string request_id,
+                               abort_request abort, std::unique_ptr<stream_decoder> decoder) {
+  auto t = impl_->make("POST", path, std::move(body), true);
+  t->id = id;
+  t->request_id = std::move(request_id);
+  t->abort = std::move(abort);
+  t->decoder = std::move(decoder);
+  if (!t->request_id.empty()) {
+    t->headers = curl_slist_append(t->headers, ("X-Request-Id: " + t->request_id).c_str());
+    curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->headers);
+  }
+  impl_->push({.what = impl::command::kind::start, .id = id, .t = std::move(t)});
+}
+
+void http_client::cancel(stream_id id) { impl_->push({.what = impl::command::kind::cancel, .id = id, .t = nullptr}); }
+
+void http_client::request(std::string method, std::string path, std::string body, std::function<void(plain_result)> done) {
+  auto t = impl_->make(std::move(method), path, std::move(body), false);
+  t->done = std::move(done);
+  impl_->push({.what = impl::command::kind::start, .id = 0, .t = std::move(t)});
+}
+
+plain_result http_client::request_sync(std::string method, std::string path, std::string body) {
+  auto p = std::make_shared<std::promise<plain_result>>();
+  auto f = p->get_future();
+  request(std::move(method), std::move(path), std::move(body), [p](plain_result r) { p->set_value(std::move(r)); });
+  return f.get();
+}
+
+client_counters http_client::counters() const noexcept {
+  return {.http_requests = impl_->http_requests, .retries = impl_->retries, .aborts_posted = impl_->aborts_posted};
+}
+
+double http_client::io_cpu_seconds() const noexcept {
+  return impl_->running ? impl::thread_cpu(const_cast<std::thread&>(impl_->thread).native_handle()) : impl_->final_cpu;
+}
+
+
+}  // namespace openai::detail
+SPECGEN_END_NAMESPACE

@@ -1,0 +1,127 @@
+#pragma once
+// A stand-in for vLLM and SGLang on 127.0.0.1: the endpoints the OpenAI
+// backend uses, in each server's exact wire format, with a scripted "model",
+// a prefix cache of 16-token blocks, and faults on request. One thread, poll()
+// over non-blocking sockets; nothing listens beyond the loopback interface.
+//
+// The model: a Qwen3-style chat template, a tokenizer that maps each Unicode
+// code point to one id (plus Qwen3's special tokens), and a generation that
+// writes "<think>", the scripted reasoning pieces (one token each), "</think>"
+// and the answer pieces. As vLLM's reasoning parser does, no chunk is streamed
+// for a token that is only a think marker; continuous usage still counts it.
+//
+//   fake_server s({.format = wire::vllm});
+//   s.push_fault({.path = "/v1/chat/completions", .status = 429, .retry_after_s = 0.05});
+//   ... point the backend at s.base_url() ...
+//   s.wait_until([](const auto& rs) { return rs.size() == 2 && rs[1].client_closed; }, 5.0);
+#include <specgen/detail/config.hpp>
+#include <specgen/types.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+SPECGEN_BEGIN_NAMESPACE
+namespace openai::testing {
+
+enum class wire : std::uint8_t { vllm, sglang };
+
+/// A fault for the next request to `path` ("" = the next streaming request).
+/// Faults are used in the order they were pushed.
+struct fault {
+  std::string path{};
+  int status = 200;                 ///< answer this status instead (429, 500, ...)
+  double retry_after_s = -1;        ///< with a status: a Retry-After header (< 0: none)
+  int drop_after_events = -1;       ///< close the connection after this many events
+  int stall_after_events = -1;      ///< send nothing after this many events (the connection stays open)
+  int malformed_at_event = -1;      ///< this event (0-based) is broken JSON
+  int error_at_event = -1;          ///< this event is an error object, then [DONE]
+  std::size_t split_bytes = 0;      ///< write the body in pieces of 1..split_bytes bytes, each its own HTTP chunk
+  double piece_interval_s = 0.0002; ///< pause between those pieces (a slow drip when large)
+  bool keepalives = false;          ///< ": keep-alive" comment lines between events
+  bool crlf = false;                ///< CRLF line ends in the event stream
+};
+
+struct server_options {
+  wire format = wire::vllm;
+  std::string model = "test/Qwen3-8B";
+  /// The field reasoning is streamed in: vLLM before 0.11 and SGLang use
+  /// "reasoning_content", later vLLM "reasoning".
+  std::string reasoning_field = "reasoning_content";
+  bool token_ids = true;     ///< vLLM: honour return_token_ids (SGLang never streams ids)
+  bool cache_report = true;  ///< usage.prompt_tokens_details.cached_tokens
+  double tokens_per_s = 0;   ///< decode pace per stream; 0: as fast as the socket takes it
+  std::size_t block_size = 16;
+  /// The main stream's reasoning and answer, one token per piece. A piece of
+  /// several code points gets an id the tokenizer never produces (as real
+  /// models sometimes emit a non-canonical tokenization).
+  std::vector<std::string> reasoning{"\n", "Let", " me", " tile", " the", " rows", ".", "\n", "```cuda", "\n", "draft",
+                                     "\n", "```", "\n", "Use", " shared", " memory", "."};
+  std::vector<std::string> answer{"Final", ":", " ok", "."};
+  /// What fork sample `i` writes (one token per code point).
+  std::function<std::string(int sample)> fork_answer{};
+  bool record_lateness = false;  ///< keep each paced event's delay past its due time
+};
+
+/// The default fork answer: a complete candidate, then some chatter.
+std::string default_fork_answer(int sample);
+
+struct request_record {
+  int number = 0;
+  std::string method, path;
+  std::map<std::string, std::string> headers;  ///< names lower-cased
+  nlohmann::json body;                          ///< null when not JSON
+  std::vector<token_id> prompt_ids;             ///< chat and completions: the prompt as the model saw it
+  bool prompt_was_text = false;
+  std::vector<token_id> generated;              ///< ids generated so far (think markers included)
+  std::uint64_t cached_tokens = 0;              ///< prefix-cache hit at admission
+  int status = 0;
+  int events_sent = 0;
+  bool finished = false;       ///< the whole response was written
+  bool client_closed = false;  ///< the client closed the connection before that
+  bool aborted = false;        ///< an /abort_request named it
+  std::string rid;             ///< the request id it was given (request_id, rid or X-Request-Id)
+  std::chrono::steady_clock::time_point first_byte{};  ///< when its first byte arrived
+};
+
+class fake_server {
+ public:
+  explicit fake_server(server_options options = {});
+  ~fake_server();
+  fake_server(const fake_server&) = delete;  // its thread holds `this`
+  fake_server& operator=(const fake_server&) = delete;
+
+  [[nodiscard]] int port() const noexcept;
+  [[nodiscard]] std::string base_url() const;
+
+  void push_fault(fault f);
+  /// Every request so far, in arrival order (a snapshot).
+  [[nodiscard]] std::vector<request_record> requests() const;
+  /// Request ids named by /abort_request.
+  [[nodiscard]] std::vector<std::string> aborted_rids() const;
+  /// Polls `pred(requests())` until true or `timeout_s` passes.
+  bool wait_until(const std::function<bool(const std::vector<request_record>&)>& pred, double timeout_s) const;
+  /// Delay of paced events past their due time, in seconds (record_lateness).
+  [[nodiscard]] std::vector<double> lateness() const;
+
+  /// The tokenizer and chat template the fake model uses.
+  [[nodiscard]] static std::vector<token_id> tokenize(std::string_view text);
+  [[nodiscard]] static std::string chat_template(std::string_view system, std::string_view prompt);
+  /// Ids of the main generation (what `generated` ends as, unless cut).
+  [[nodiscard]] std::vector<token_id> main_generation_ids() const;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace openai::testing
+SPECGEN_END_NAMESPACE
