@@ -695,16 +695,8 @@ int bench_e2e_live(const programs::args& a) {
   std::erase_if(corpus->traces, [&](const replay::trace& tr) {
     return std::none_of(corpus->tasks.begin(), corpus->tasks.end(), [&](const task& t) { return t.name == tr.task; });
   });
-  std::vector<std::string> chosen{"sequential", "specgen"};
-  if (a.has("modes")) {
-    chosen.clear();
-    const std::string list = a.get("modes");
-    for (std::size_t at = 0; at <= list.size();) {
-      const auto comma = std::min(list.find(',', at), list.size());
-      chosen.push_back(list.substr(at, comma - at));
-      at = comma + 1;
-    }
-  }
+  const std::vector<std::string> chosen =
+      a.has("modes") ? programs::split_list(a.get("modes")) : std::vector<std::string>{"sequential", "specgen"};
   const auto gpus = gpus_or_explain();
   if (!gpus) return 0;
   replay::replay_params rp;  // the calibrated decode speed (docs/replay-model.md)

@@ -74,18 +74,6 @@ openai-client options (the OpenAI backend against a local vLLM stand-in):
 constexpr std::array<std::string_view, 6> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn",
                                                          "calibrate",   "e2e-live"};
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos <= s.size()) {
-    auto c = s.find(',', pos);
-    if (c == std::string::npos) c = s.size();
-    if (c > pos) out.push_back(s.substr(pos, c - pos));
-    pos = c + 1;
-  }
-  return out;
-}
-
 double geomean(const std::vector<double>& v) {
   if (v.empty()) return 0;
   double s = 0;
@@ -163,7 +151,7 @@ nlohmann::json metrics_json(const mode_metrics& m) {
 
 int bench_e2e(const programs::args& a) {
   const std::vector<std::string> all(mode_names.begin(), mode_names.end());
-  const auto modes = a.has("modes") ? split(a.get("modes")) : all;
+  const auto modes = a.has("modes") ? programs::split_list(a.get("modes")) : all;
   const int rounds = a.number<int>("rounds", 20);
   const int seeds = a.number<int>("seeds", 3);
   const double target = a.number<double>("target", 2.0);

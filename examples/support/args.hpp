@@ -74,4 +74,17 @@ class args {
   std::vector<std::string> positional_;
 };
 
+/// "a,b,,c" -> {"a", "b", "c"}: a comma-separated option value.
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    auto c = s.find(',', pos);
+    if (c == std::string::npos) c = s.size();
+    if (c > pos) out.push_back(s.substr(pos, c - pos));
+    pos = c + 1;
+  }
+  return out;
+}
+
 }  // namespace specgen::programs

@@ -18,6 +18,7 @@
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/expr.hpp>
+#include <specgen/inputs.hpp>
 #include <specgen/task.hpp>
 
 #include <fmt/format.h>
@@ -751,22 +752,24 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
                       fmt::format("'{}' must be a buffer ({} takes {})", a.value.to_string(), f.name, f.signature));
         const std::string n(*name);
         dtype type = dtype::f32;
-        std::int64_t elements = -1;
-        for (const auto& sc : out.scratch)
-          if (sc.name == n) type = sc.type, elements = sc.elements, ra.role = buffer_role::scratch;
-        for (int list = 0; list < 2 && elements < 0; ++list)
-          for (const auto& b : list == 0 ? t.inputs : t.outputs) {
-            if (b.name != n) continue;
-            type = b.type;
-            ra.role = list == 0 ? buffer_role::input : buffer_role::output;
-            elements = 1;
-            for (const auto& dim : b.shape) {
-              auto e = parse_size_expr(dim);
-              auto v = e ? e->eval(values) : expected<std::int64_t, expr_error>(unexpected(e.error()));
-              if (!v || __builtin_mul_overflow(elements, *v, &elements))
-                return fail(a.column, field, fmt::format("the shape of '{}' does not evaluate", n));
-            }
-          }
+        std::int64_t elements = 0;
+        if (auto sc = std::find_if(out.scratch.begin(), out.scratch.end(), [&](const auto& x) { return x.name == n; });
+            sc != out.scratch.end()) {
+          type = sc->type;
+          elements = sc->elements;
+          ra.role = buffer_role::scratch;
+        } else {
+          // A task buffer: its shape was checked at load time, so it evaluates here.
+          const auto is_n = [&](const tensor_spec& b) { return b.name == n; };
+          auto in = std::find_if(t.inputs.begin(), t.inputs.end(), is_n);
+          const bool input = in != t.inputs.end();
+          const tensor_spec& b = input ? *in : *std::find_if(t.outputs.begin(), t.outputs.end(), is_n);
+          auto count = element_count(b, values);
+          if (!count) return fail(a.column, field, count.error().message);
+          type = b.type;
+          elements = *count;
+          ra.role = input ? buffer_role::input : buffer_role::output;
+        }
         ra.is_buffer = true;
         ra.buffer = n;
         buffers.emplace_back(type, elements);
