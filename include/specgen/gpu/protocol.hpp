@@ -35,6 +35,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -179,9 +180,17 @@ struct response {
   std::string error{};      ///< when !ok
   std::string binary{};     ///< e.g. an output buffer
   /// Non-zero: the binary part is the first `bulk` bytes of the shared bulk
-  /// region (docs/worker-protocol.md, "Bulk region"), not in the frame; the
-  /// host copies it into `binary` before anyone else sees the response.
+  /// region (docs/worker-protocol.md, "Bulk region"), not in the frame.
   std::uint64_t bulk = 0;
+  /// On the host, for a `bulk` response: those bytes, read in place (outputs
+  /// of hundreds of MiB are not copied). They stay valid until the next
+  /// request to the same worker, which may overwrite the region; `keep` holds
+  /// the mapping itself alive even if the worker is replaced meanwhile.
+  std::string_view bulk_bytes{};
+  std::shared_ptr<const void> keep{};
+
+  /// The binary part, wherever it came: the frame or the bulk region.
+  [[nodiscard]] std::string_view payload() const noexcept { return bulk ? bulk_bytes : std::string_view(binary); }
 };
 
 [[nodiscard]] inline frame make_request(std::uint64_t id, const request& r) {

@@ -276,8 +276,8 @@ struct device_session::state {
         return unexpected(run_error(result, what));
       }
       loaded.insert(binary.key);
-      const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>((*resp)->binary.data()),
-                                           (*resp)->binary.size());
+      const std::string_view payload = (*resp)->payload();
+      const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>(payload.data()), payload.size());
       auto runs = decode_runs(result, bin, t, output_bytes, repeats);
       if (!runs) return unexpected(nonsense(what, runs.error()));
       return run_answer{*resp, std::move(*runs)};
@@ -381,7 +381,7 @@ struct device_session::state {
                     fmt::format("inputs changed: {}", fmt::join(r.inputs_changed, ", ")));
       for (std::size_t k = 0; k < t.outputs.size(); ++k) {
         const auto& spec = t.outputs[k];
-        comparison c = compare_outputs(spec, r.outputs[k], want[k], where);
+        comparison c = compare_outputs_parallel(spec, r.outputs[k], want[k], where, std::thread::hardware_concurrency());
         if (c.pass) continue;
         if (i == 0) return make_wrong_result_verdict(c);
         comparison agree = outputs_agree(spec, runs[0].outputs[k], r.outputs[k], where);
@@ -488,6 +488,11 @@ struct device_session::state {
       binary.append(reinterpret_cast<const char*>(base_bin->cubin.data()), base_bin->cubin.size());
     }
     const json task_json = to_json(t);
+    // The recheck's reference, before the profile call: the outputs of that
+    // call are read in place in the worker's bulk region, which the next
+    // request (a reference run, on a cache miss) would overwrite.
+    auto want = reference(t, task_json, fnv1a(task_json.dump()), shape, pc.recheck_seed, std::nullopt);
+    if (!want) return finish(want.error());
     json args{{"task", task_json},
               {"shape", shape},
               {"candidate", std::move(cand)},
@@ -533,12 +538,10 @@ struct device_session::state {
     // Recheck: the last timed run, on inputs the kernel has not seen.
     auto sizes = output_sizes(t, shape);
     if (!sizes) return finish(sizes.error());
-    const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>((*resp)->binary.data()),
-                                         (*resp)->binary.size());
+    const std::string_view payload = (*resp)->payload();
+    const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>(payload.data()), payload.size());
     auto recheck = decode_run(r.value("recheck", json()), bin, t, *sizes);
     if (!recheck) return finish(nonsense(what, "recheck: " + recheck.error()));
-    auto want = reference(t, task_json, fnv1a(task_json.dump()), shape, pc.recheck_seed, std::nullopt);
-    if (!want) return finish(want.error());
     if (!recheck->guards_intact)
       return finish(make(verdict_kind::wrong_result,
                          fmt::format("wrote outside '{}' at {} in the last timed run", recheck->guards_broken.front(), where)));

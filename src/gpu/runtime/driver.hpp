@@ -25,7 +25,8 @@ namespace gpu::detail {
   X(cuMemcpyDtoH) X(cuMemsetD8) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)            \
   X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuCtxSynchronize) X(cuMemsetD8Async) X(cuMemcpyDtoDAsync)          \
   X(cuCtxResetPersistingL2Cache) X(cuDeviceGetPCIBusId) X(cuMemAllocHost) X(cuMemFreeHost)                     \
-  X(cuMemHostRegister) X(cuMemHostUnregister)
+  X(cuMemHostRegister) X(cuMemHostUnregister)                                                                 \
+  X(cuStreamWaitValue32) X(cuMemHostGetDevicePointer)
 
 struct driver_api {
 #define SPECGEN_CUDA_MEMBER(fn) decltype(&::fn) fn = nullptr;

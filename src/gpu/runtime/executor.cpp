@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -47,6 +49,21 @@ expected<std::unique_ptr<gpu_context>, runtime_error> gpu_context::create(int de
     return unexpected(r.error());
   if (auto r = st.check(api.cuEventCreate(&st.stop, CU_EVENT_DEFAULT), k::internal, "cuEventCreate"); !r)
     return unexpected(r.error());
+  // The launch gate's word. Any failure leaves the gate off (timing still
+  // works, with the host's launch time inside the events).
+  void* word = nullptr;
+  CUdeviceptr word_device = 0;
+  if (api.cuMemAllocHost(&word, sizeof(std::uint32_t)) == CUDA_SUCCESS) {
+    *static_cast<std::uint32_t*>(word) = 0;
+    if (api.cuMemHostGetDevicePointer(&word_device, word, 0) == CUDA_SUCCESS &&
+        api.cuStreamWaitValue32(st.stream, word_device, 0, CU_STREAM_WAIT_VALUE_EQ) == CUDA_SUCCESS &&
+        api.cuCtxSynchronize() == CUDA_SUCCESS) {
+      st.gate_flag = static_cast<std::uint32_t*>(word);
+      st.gate_device = word_device;
+    } else {
+      api.cuMemFreeHost(word);
+    }
+  }
   return ctx;
 }
 
@@ -60,6 +77,7 @@ gpu_context::~gpu_context() {
   state_->blas.reset();
   const auto& api = *state_->api;
   if (state_->staging_data) api.cuMemFreeHost(state_->staging_data);
+  if (state_->gate_flag) api.cuMemFreeHost(state_->gate_flag);
   if (state_->stop) api.cuEventDestroy(state_->stop);
   if (state_->start) api.cuEventDestroy(state_->start);
   if (state_->stream) api.cuStreamDestroy(state_->stream);
@@ -200,6 +218,18 @@ expected<std::array<std::vector<std::byte>, 2>, runtime_error> device_buffer::re
 // ---- prepared_plan and run_plan -----------------------------------------------------
 
 namespace detail {
+
+bool context_state::hold() {
+  if (!gate_flag) return false;
+  const std::uint32_t next = gate_value + 1;
+  if (api->cuStreamWaitValue32(stream, gate_device, next, CU_STREAM_WAIT_VALUE_EQ) != CUDA_SUCCESS) return false;
+  gate_value = next;
+  return true;
+}
+
+void context_state::release() noexcept {
+  if (gate_flag) std::atomic_ref<std::uint32_t>(*gate_flag).store(gate_value, std::memory_order_release);
+}
 
 expected<std::span<std::byte>, runtime_error> context_state::staging(std::size_t bytes) {
   if (auto u = require_usable(); !u) return unexpected(u.error());
@@ -432,13 +462,25 @@ expected<double, runtime_error> prepared_plan::timed_run(std::chrono::steady_clo
   auto& s = *state_;
   const auto& api = *s.api;
   if (auto u = s.require_usable(); !u) return unexpected(u.error());
-  if (auto r = s.check(api.cuEventRecord(s.start, s.stream), k::internal, "cuEventRecord"); !r)
-    return unexpected(r.error());
-  auto launched = enqueue();
-  if (!launched && is_sticky(launched.error().what)) return unexpected(launched.error());
-  // After a refused launch the ones already queued are still waited for.
-  if (auto r = s.check(api.cuEventRecord(s.stop, s.stream), k::internal, "cuEventRecord"); !r)
-    return unexpected(r.error());
+  // Released on every path out, before anything waits on the stream.
+  struct gate {
+    context_state& s;
+    explicit gate(context_state& st) : s(st) { s.hold(); }
+    ~gate() { s.release(); }
+    gate(const gate&) = delete;  // one hold, one release
+    gate& operator=(const gate&) = delete;
+  };
+  expected<void, runtime_error> launched;
+  {
+    gate held(s);
+    if (auto r = s.check(api.cuEventRecord(s.start, s.stream), k::internal, "cuEventRecord"); !r)
+      return unexpected(r.error());
+    launched = enqueue();
+    if (!launched && is_sticky(launched.error().what)) return unexpected(launched.error());
+    // After a refused launch the ones already queued are still waited for.
+    if (auto r = s.check(api.cuEventRecord(s.stop, s.stream), k::internal, "cuEventRecord"); !r)
+      return unexpected(r.error());
+  }
   if (auto w = s.await(s.stop, until, deadline); !w) return unexpected(w.error());
   if (!launched) return unexpected(launched.error());
   float ms = 0;

@@ -31,6 +31,9 @@ struct context_state {
   std::unique_ptr<cublas_session> blas{};  // on the stream, made by the first plan that calls a library routine
   void* staging_data = nullptr;            // page-locked host memory for downloads (cuMemAllocHost)
   std::size_t staging_bytes = 0;
+  std::uint32_t* gate_flag = nullptr;      // page-locked word the launch gate waits on; null: no gate
+  CUdeviceptr gate_device = 0;             // its device address
+  std::uint32_t gate_value = 0;            // the value the last hold waits for
 
   /// CUDA_SUCCESS, or the error as a value (marking the context unusable when sticky).
   expected<void, runtime_error> check(CUresult r, runtime_error::kind k, std::string_view what) {
@@ -45,6 +48,18 @@ struct context_state {
   /// that is read and dropped (input checks, outputs on their way to the
   /// host); grown in steps of 64 MiB. Valid until the next call.
   expected<std::span<std::byte>, runtime_error> staging(std::size_t bytes);
+
+  /**
+   * The launch gate: the events around a timed run must bracket the GPU's
+   * work, not the host's launch calls. `hold` queues a wait on a host word
+   * (`cuStreamWaitValue32`), so the stream stalls until `release` writes it;
+   * everything queued in between (start event, the plan's launches, stop
+   * event) then runs back to back, whatever the launches cost on the host
+   * (nvbench's blocking kernel, without a kernel). False when there is no
+   * gate (stream memory operations unsupported): the run is simply ungated.
+   */
+  bool hold();
+  void release() noexcept;
 
   /// `bytes` of `value` at `at`, queued on the context's stream.
   expected<void, runtime_error> memset_async(std::uint64_t at, std::uint8_t value, std::size_t bytes);

@@ -72,6 +72,30 @@ expected<tensor_size, failure> size_at(const tensor_spec& t, const shape_binding
 expected<std::shared_ptr<loaded_module>, failure> acquire_module(worker_state& w, gpu_context& ctx, const nlohmann::json& where,
                                                           std::span<const std::byte> binary, const std::string& what);
 
+/**
+ * A reply's binary part as it is built: in the shared bulk region when the
+ * worker has one and it fits (the host then reads it in place), else in a
+ * string that travels in the frame. Outputs are downloaded into page-locked
+ * staging and copied from there on all cores: one host copy instead of the
+ * two of string-then-region, and the region itself is never registered with
+ * the driver, so no kernel gets a device address for it.
+ */
+class reply_binary {
+ public:
+  explicit reply_binary(std::span<std::byte> region = {}) : region_(region) {}
+  [[nodiscard]] std::size_t size() const noexcept { return in_region_ ? used_ : frame_.size(); }
+  /// Appends `bytes`; the offset they start at is the size before the call.
+  void append(std::span<const std::byte> bytes);
+  /// The reply carrying `result` and this binary part (`bulk` when in the region).
+  response finish(nlohmann::json result) &&;
+
+ private:
+  std::span<std::byte> region_;
+  bool in_region_ = true;  // until something does not fit; then everything moves to the frame
+  std::size_t used_ = 0;
+  std::string frame_;
+};
+
 /// One task buffer on the device.
 struct io_buffer {
   std::string name;
@@ -123,8 +147,8 @@ class io_set {
   /// Reads every guard zone and every input's checksum.
   expected<run_check, failure> check();
   /// Downloads the outputs named in `names` (all when empty), appends them to
-  /// `binary` and returns their `[{"name", "offset", "length"}]`.
-  expected<nlohmann::json, failure> append_outputs(const std::vector<std::string>& names, std::string& binary);
+  /// `out` and returns their `[{"name", "offset", "length"}]`.
+  expected<nlohmann::json, failure> append_outputs(const std::vector<std::string>& names, class reply_binary& out);
 
  private:
   io_set() = default;
@@ -143,7 +167,7 @@ nlohmann::json device_json(const gpu_context& ctx);
 
 /// The op's reply: `result` and the binary part on success, the failure
 /// otherwise; `ok: true` at the protocol level either way (the worker answered).
-response reply_from(expected<nlohmann::json, failure> result, std::string binary);
+response reply_from(expected<nlohmann::json, failure> result, reply_binary binary);
 
 }  // namespace gpu::detail
 SPECGEN_END_NAMESPACE

@@ -328,7 +328,7 @@ expected<json, failure> metrics_pass_of(profiler& p, side& candidate) {
   return out;
 }
 
-expected<json, failure> profile(worker_state& w, const request& r, std::string& out_binary) {
+expected<json, failure> profile(worker_state& w, const request& r, reply_binary& out_binary) {
   const json& a = r.args;
   if (!a.is_object() || !a.contains("task") || !a.contains("shape") || !a.contains("candidate"))
     return unexpected(bad_request("profile needs args {task, shape, candidate, ...}"));
@@ -482,7 +482,7 @@ expected<json, failure> profile(worker_state& w, const request& r, std::string& 
 }  // namespace
 
 run_outcome profile_op(worker_state& w, const request& r) {
-  std::string binary;
+  reply_binary binary(w.reply_region);
   expected<nlohmann::json, failure> result = unexpected(bad_request("profile: no result"));
   try {
     result = profile(w, r, binary);

@@ -50,7 +50,7 @@ expected<void, failure> load_inputs(io_set& io, const task& t, const json& given
   return {};
 }
 
-expected<json, failure> run(worker_state& w, const request& r, std::string& out_binary) {
+expected<json, failure> run(worker_state& w, const request& r, reply_binary& out_binary) {
   const json& a = r.args;
   if (!a.is_object() || !a.contains("task") || !a.contains("plan") || !a["plan"].is_string() || !a.contains("shape"))
     return unexpected(bad_request("run needs args {task, plan, shape, cubin or module_key, inputs}"));
@@ -135,7 +135,7 @@ expected<json, failure> run(worker_state& w, const request& r, std::string& out_
 }  // namespace
 
 run_outcome run_op(worker_state& w, const request& r) {
-  std::string binary;
+  reply_binary binary(w.reply_region);
   expected<nlohmann::json, failure> result = unexpected(bad_request("run: no result"));
   try {
     result = run(w, r, binary);

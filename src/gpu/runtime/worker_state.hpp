@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
@@ -37,6 +38,9 @@ struct worker_state {
   /// Declared after `ctx`, so destroyed before it. Shared pointers: an op
   /// holds the modules it runs even if a later insert drops them here.
   lru_cache<std::shared_ptr<loaded_module>> modules{loaded_module_capacity};
+  /// The bulk region the host shared (docs/worker-protocol.md), where replies
+  /// put their binary part; empty when there is none.
+  std::span<std::byte> reply_region{};
 
   /// The context, created on first use.
   expected<gpu_context*, runtime_error> context() {

@@ -31,6 +31,36 @@ using steady = std::chrono::steady_clock;
 /// or an assertion, bounded whatever the worker prints.
 inline constexpr std::size_t stderr_tail_bytes = 4096;
 
+/// A bulk region: a memfd of `size` bytes (sparse), mapped here read-only.
+/// Not copyable: it owns the descriptor and the mapping.
+struct bulk_mapping {
+  int fd = -1;
+  const char* data = nullptr;
+  std::size_t size = 0;
+
+  bulk_mapping() = default;
+  bulk_mapping(const bulk_mapping&) = delete;
+  bulk_mapping& operator=(const bulk_mapping&) = delete;
+  ~bulk_mapping() {
+    if (data) ::munmap(const_cast<char*>(data), size);
+    if (fd >= 0) ::close(fd);
+  }
+
+  /// On any failure the worker simply gets no region and uses the channel.
+  static std::shared_ptr<const bulk_mapping> open(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    auto m = std::make_shared<bulk_mapping>();
+    m->fd = ::memfd_create("specgen-worker-bulk", MFD_CLOEXEC);
+    if (m->fd < 0) return nullptr;
+    if (::ftruncate(m->fd, static_cast<off_t>(bytes)) != 0) return nullptr;
+    void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, m->fd, 0);
+    if (p == MAP_FAILED) return nullptr;
+    m->data = static_cast<const char*>(p);
+    m->size = bytes;
+    return m;
+  }
+};
+
 /// The spawned process and the host's ends of its channel (a socketpair, so
 /// writes can use MSG_NOSIGNAL: a dead worker must not SIGPIPE the host) and
 /// of its stderr pipe. Not copyable: it owns descriptors and a process.
@@ -44,33 +74,13 @@ struct worker_process {
   worker_process() = default;
   worker_process(const worker_process&) = delete;
   worker_process& operator=(const worker_process&) = delete;
-  int bulk_fd = -1;                // the bulk region (a memfd), mapped read-only here
-  const std::byte* bulk = nullptr;
-  std::size_t bulk_size = 0;
+  /// The bulk region (a memfd), mapped read-only here. Shared: responses that
+  /// point into it keep it mapped after this process is gone.
+  std::shared_ptr<const bulk_mapping> bulk;
 
   ~worker_process() {
     if (channel >= 0) ::close(channel);
     if (err >= 0) ::close(err);
-    if (bulk) ::munmap(const_cast<std::byte*>(bulk), bulk_size);
-    if (bulk_fd >= 0) ::close(bulk_fd);
-  }
-
-  /// The bulk region: a memfd of `bytes` (sparse), mapped here read-only. On
-  /// any failure the worker simply gets no region and uses the channel.
-  void open_bulk(std::size_t bytes) {
-    if (bytes == 0) return;
-    bulk_fd = ::memfd_create("specgen-worker-bulk", MFD_CLOEXEC);
-    if (bulk_fd < 0) return;
-    void* m = MAP_FAILED;
-    if (::ftruncate(bulk_fd, static_cast<off_t>(bytes)) == 0)
-      m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, bulk_fd, 0);
-    if (m == MAP_FAILED) {
-      ::close(bulk_fd);
-      bulk_fd = -1;
-      return;
-    }
-    bulk = static_cast<const std::byte*>(m);
-    bulk_size = bytes;
   }
 
   void keep_stderr(std::string_view bytes) {
@@ -209,8 +219,8 @@ expected<void, worker_failure> worker_host::spawn_locked() {
   posix_spawn_file_actions_adddup2(&actions, sv[1], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, sv[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, ep[1], STDERR_FILENO);
-  proc->open_bulk(static_cast<std::size_t>(config_.bulk_bytes));
-  if (proc->bulk_fd >= 0) posix_spawn_file_actions_adddup2(&actions, proc->bulk_fd, detail::bulk_fd_in_worker);
+  proc->bulk = detail::bulk_mapping::open(static_cast<std::size_t>(config_.bulk_bytes));
+  if (proc->bulk) posix_spawn_file_actions_adddup2(&actions, proc->bulk->fd, detail::bulk_fd_in_worker);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Its own process group, so one kill also reaches anything it started.
@@ -230,9 +240,9 @@ expected<void, worker_failure> worker_host::spawn_locked() {
         !std::string_view(*e).starts_with("SPECGEN_WORKER_BULK"))
       env_store.emplace_back(*e);
   env_store.push_back(fmt::format("SPECGEN_WORKER_DEVICE={}", config_.device));
-  if (proc->bulk_fd >= 0) {
+  if (proc->bulk) {
     env_store.push_back(fmt::format("SPECGEN_WORKER_BULK_FD={}", detail::bulk_fd_in_worker));
-    env_store.push_back(fmt::format("SPECGEN_WORKER_BULK_BYTES={}", proc->bulk_size));
+    env_store.push_back(fmt::format("SPECGEN_WORKER_BULK_BYTES={}", proc->bulk->size));
   }
   std::vector<char*> envp;
   for (auto& s : env_store) envp.push_back(s.data());
@@ -437,14 +447,16 @@ expected<response, worker_failure> worker_host::call(const request& r, duration 
       return finish(worker_failure::kind::protocol_error,
                     fmt::format("the worker's response to \"{}\" is malformed: {}", r.op, resp.error().message));
     if (resp->bulk) {
-      // The binary part waits in the bulk region until the next request: take it now.
-      if (!proc_->bulk || resp->bulk > proc_->bulk_size)
+      // The binary part waits in the bulk region until the next request; it
+      // is read there, in place (see response::bulk_bytes).
+      if (!proc_->bulk || resp->bulk > proc_->bulk->size)
         return finish(worker_failure::kind::protocol_error,
                       fmt::format("the worker's response to \"{}\" puts {} bytes in a bulk region of {} bytes", r.op,
-                                  resp->bulk, proc_->bulk_size));
-      resp->binary.assign(reinterpret_cast<const char*>(proc_->bulk), static_cast<std::size_t>(resp->bulk));
+                                  resp->bulk, proc_->bulk ? proc_->bulk->size : 0));
+      resp->bulk_bytes = std::string_view(proc_->bulk->data, static_cast<std::size_t>(resp->bulk));
+      resp->keep = proc_->bulk;
       std::lock_guard st(state_mutex_);
-      stats_.bulk_bytes += std::exchange(resp->bulk, 0);
+      stats_.bulk_bytes += resp->bulk;
     }
     std::lock_guard st(state_mutex_);
     in_call_ = false;

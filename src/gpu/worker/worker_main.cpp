@@ -38,6 +38,9 @@ int main() {
     device["error"] = d.error().message;
   }
   detail::worker_state state(index);  // the context and the loaded modules, kept between requests
+  // Outputs go straight into the bulk region, where the host reads them in place.
+  const detail::bulk_region& bulk = detail::worker_bulk();
+  state.reply_region = {reinterpret_cast<std::byte*>(bulk.data), bulk.size};
   constexpr const char* known = "echo, run, profile";
 #else
   nlohmann::json device = {{"index", index}, {"name", "none (built without the GPU runtime)"}};
