@@ -534,7 +534,7 @@ double sample_noise(std::vector<double> v) {
 /// GPU: the cost table the simulated device answers from, and each observed
 /// verdict and speed checked against its label.
 int bench_calibrate(const programs::args& a) {
-  const std::filesystem::path suite = a.has("suite") ? a.get("suite") : "tasks/suite";
+  const std::filesystem::path suite = a.has("suite") ? std::filesystem::path(a.get("suite")) : programs::default_suite_dir();
   auto tasks = load_suite(suite / "tasks");
   if (!tasks) throw std::runtime_error(tasks.error().what());
   std::vector<labelled> cands = load_candidates(suite / "candidates");
@@ -551,16 +551,25 @@ int bench_calibrate(const programs::args& a) {
 
   cost_table table;
   nlohmann::json rows = nlohmann::json::array();
+  nlohmann::json task_rows = nlohmann::json::array();
   std::vector<double> overheads;
   int verdict_mismatches = 0, speed_mismatches = 0;
   fmt::print("{:<18} {:<30} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7}  {:<14} {}\n", "task", "candidate", "compile", "validate",
              "profile", "median us", "base us", "speedup", "verdict", "label check");
   for (const auto& t : *tasks) {
     if (std::none_of(cands.begin(), cands.end(), [&](const labelled& c) { return c.task == t.name; })) continue;
-    // The first evaluation of a task computes its reference outputs: outside the timings.
+    // The first evaluation of a task computes its reference outputs: outside
+    // the candidates' timings. It also times the reference against the
+    // baseline, interleaved on this GPU: the suite's reference and baseline times.
     const evaluation warm = s->evaluate(t, make_candidate(t, t.reference, 0, 0));
     if (warm.result.kind != verdict_kind::ok)
       fmt::print("{}: the reference itself gets {}\n", t.name, verdict_text(warm.result));
+    if (warm.timing)
+      task_rows.push_back({{"task", t.name},
+                           {"reference_us", warm.timing->median_us},
+                           {"baseline_us", warm.timing->baseline_median_us},
+                           {"baseline_speedup_over_reference", warm.timing->speedup},
+                           {"verdict", to_string(warm.result.kind)}});
     for (const auto& c : cands) {
       if (c.task != t.name) continue;
       const candidate cand{.id = table.kernels.size() + 1, .task = t.name, .source = c.source, .plan = c.plan};
@@ -646,6 +655,10 @@ int bench_calibrate(const programs::args& a) {
   fmt::print("\n{} candidates in {:.0f} s: {} verdicts and {} speed labels differ from their labels; profile overhead "
              "median {:.3f} s\n",
              rows.size(), since(started), verdict_mismatches, speed_mismatches, table.profile.overhead_s);
+  fmt::print("\n{:<22} {:>14} {:>14} {:>10}\n", "task", "reference us", "baseline us", "ref/base");
+  for (const auto& r : task_rows)
+    fmt::print("{:<22} {:>14.1f} {:>14.1f} {:>9.2f}x\n", r["task"].get<std::string>(), r["reference_us"].get<double>(),
+               r["baseline_us"].get<double>(), r["baseline_speedup_over_reference"].get<double>());
   if (a.has("table")) {
     std::ofstream f(a.get("table"));
     f << nlohmann::json(table).dump(2) << '\n';
@@ -654,6 +667,7 @@ int bench_calibrate(const programs::args& a) {
   }
   write_json(a, {{"benchmark", "calibrate"},
                  {"device", table.device},
+                 {"tasks", task_rows},
                  {"candidates", rows},
                  {"verdict_mismatches", verdict_mismatches},
                  {"speed_mismatches", speed_mismatches},
@@ -669,7 +683,7 @@ int bench_calibrate(const programs::args& a) {
 /// in virtual time on the simulated device (the corpus's measured cost
 /// table), so the two are reported side by side.
 int bench_e2e_live(const programs::args& a) {
-  const std::filesystem::path dir = a.has("corpus") ? a.get("corpus") : "tasks/suite";
+  const std::filesystem::path dir = a.has("corpus") ? std::filesystem::path(a.get("corpus")) : programs::default_suite_dir();
   auto corpus = replay::load_corpus(dir);
   if (!corpus) throw std::runtime_error(corpus.error().what());
   const int keep = a.number<int>("live-tasks", 4);

@@ -1,8 +1,10 @@
 // specgen-run: run a kernel-optimisation suite with speculative generation.
 //
-// With no arguments it runs the bundled replay corpus (procedural, seed 1) in
-// `specgen` mode on the simulated device, in virtual time, and writes
-// results.json, journal.jsonl and timeline.json under ./specgen-out.
+// With no arguments it runs the bundled suite (tasks/suite: 20 tasks, their
+// replay traces and the cost table measured on an H200) in `specgen` mode on
+// the simulated device, in virtual time, and writes results.json,
+// journal.jsonl and timeline.json under ./specgen-out. `--evaluator gpu`
+// evaluates every candidate on the real GPUs instead.
 #include "support/args.hpp"
 #include "support/world.hpp"
 
@@ -11,10 +13,14 @@
 #ifdef SPECGEN_RUN_OPENAI
 #include <specgen/backend/openai.hpp>
 #endif
+#ifdef SPECGEN_RUN_GPU
+#include <specgen/gpu/evaluation.hpp>
+#endif
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -32,7 +38,8 @@ Runs one speculative kernel search per task of a suite and writes the results.
 
 Suite and model:
   --corpus DIR        a replay corpus (tasks/, traces/, cost_table.json); default:
-                      the bundled procedural corpus
+                      the bundled suite (tasks/suite, 20 tasks); "procedural" for
+                      the generated corpus
   --corpus-seed N     seed of the procedural corpus (default 1)
   --tasks N           run only the first N tasks
   --backend NAME      replay (default), or openai: a vLLM, SGLang or other
@@ -42,10 +49,16 @@ Search:
                       parallel+specgen, evolve+specgen, +spec, +elastic, +priority, +kv
   --config FILE       JSON engine configuration (see docs/policies.md); --mode,
                       --rounds and --seed override it
-  --rounds N          iterations per task (default 10)
+  --rounds N          iterations per task (default: the rounds the corpus recorded,
+                      3 for the suite; 10 for the procedural corpus)
   --seed N            run seed (default 1)
   --target X          target speedup for seconds_to_target (default 0: none)
 Evaluation:
+  --evaluator KIND    sim (default): the simulated device, answering from the
+                      corpus's cost table measured on an H200; gpu: the GPU pool,
+                      compiling, validating and profiling every candidate on real
+                      GPUs (real time; the replay model at its calibrated speed)
+  --gpus LIST         --evaluator gpu: the GPUs to use, e.g. 0,1 (default: all)
   --devices N         simulated GPUs (default 4)
   --real-time         run at wall-clock speed instead of virtual time
 OpenAI backend (--backend openai; docs/backends.md):
@@ -120,10 +133,35 @@ nlohmann::json openai_summary(const openai::openai_backend& b) {
 }
 #endif
 
+#ifdef SPECGEN_RUN_GPU
+/// The search on real GPUs: the replay model in real time and the GPU pool
+/// (a worker per GPU) evaluating every candidate the traces produce.
+expected<run_result, error> run_on_gpus(const programs::args& a, const replay::corpus& corpus, engine_config cfg,
+                                        const programs::run_options& o) {
+  auto n = gpu::device_count();
+  if (!n || *n == 0)
+    return unexpected(error{fmt::format("--evaluator gpu: no GPU: {}", n ? "the driver reports no devices" : n.error().message)});
+  gpu::pool_config pc;
+  if (a.has("gpus"))
+    for (const auto& d : programs::split_list(a.get("gpus"))) {
+      int index = -1;
+      if (std::from_chars(d.data(), d.data() + d.size(), index).ec != std::errc{} || index < 0 || index >= *n)
+        return unexpected(error{fmt::format("--gpus: '{}' is not a GPU index (this machine has {})", d, *n)});
+      pc.devices.push_back(index);
+    }
+  event_loop<steady_clock> loop;
+  auto pool = gpu::gpu_pool::create(loop, pc);
+  if (!pool) return unexpected(error{fmt::format("cannot start the GPU pool: {}", pool.error().message)});
+  fmt::print("             {} GPU(s) in the pool\n", (*pool)->devices());
+  replay::replay_model model(loop, corpus.traces, o.replay);
+  return programs::run_corpus_on(loop, model, **pool, corpus, std::move(cfg), o);
+}
+#endif
+
 int run(int argc, char** argv) {
   programs::args a(argc, argv,
                    {"corpus", "corpus-seed", "tasks", "backend", "mode", "config", "rounds", "seed", "target", "devices",
-                    "out", "progress-every", "base-url", "model", "preset", "server", "api-key-env", "openai-config"},
+                    "evaluator", "gpus", "out", "progress-every", "base-url", "model", "preset", "server", "api-key-env", "openai-config"},
                    {"help", "real-time", "resume", "quiet"});
   if (a.has("help")) {
     fmt::print("{}", usage_text);
@@ -158,18 +196,22 @@ int run(int argc, char** argv) {
   if (a.has("seed")) cj["seed"] = a.number<std::uint64_t>("seed", 1);
   auto cfg = config_from_json(cj);
   if (!cfg) throw std::invalid_argument(fmt::format("{}{}", a.has("config") ? a.get("config") + ": " : "", cfg.error().message));
-  if (!cj.contains("budget") || !cj["budget"].contains("max_rounds")) cfg->budget.max_rounds = 10;
-  if (a.has("rounds")) cfg->budget.max_rounds = a.number<int>("rounds", 10);
   if (a.has("target")) cfg->budget.target_speedup = a.number<double>("target", 0);
-  if (cfg->budget.max_rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
 
+  // Rounds: --rounds, else the configuration's, else what the corpus recorded
+  // (the suite: 3 per task) or 10 for the procedural corpus (generated to fit).
   programs::corpus_choice cc;
-  if (a.has("corpus")) cc.dir = a.get("corpus");
+  cc.dir = programs::corpus_dir(a.has("corpus") ? std::optional<std::string>(a.get("corpus")) : std::nullopt);
   cc.seed = a.number<std::uint64_t>("corpus-seed", 1);
   cc.max_tasks = a.number<int>("tasks", 0);
+  const bool rounds_given = a.has("rounds") || (cj.contains("budget") && cj["budget"].contains("max_rounds"));
+  if (a.has("rounds")) cfg->budget.max_rounds = a.number<int>("rounds", 10);
+  else if (!rounds_given) cfg->budget.max_rounds = 10;
+  if (cfg->budget.max_rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
   cc.params.rounds = std::max(cc.params.rounds, cfg->budget.max_rounds);
   auto corpus = programs::load_or_generate(cc);
   if (!corpus) throw std::invalid_argument(corpus.error().message);
+  if (cc.dir && !rounds_given) cfg->budget.max_rounds = std::max(1, programs::recorded_rounds(*corpus));
 
   const fs::path out = a.get("out", "specgen-out");
   fs::create_directories(out);
@@ -180,15 +222,32 @@ int run(int argc, char** argv) {
   o.resume = a.has("resume");
   if (!o.resume && fs::exists(*o.journal)) fs::remove(*o.journal);
   o.timeline = out / "timeline.json";
-  const bool real_time = a.has("real-time") || backend_name == "openai";  // a real server streams in real time
+  const bool on_gpus = a.get("evaluator", "sim") == "gpu";
+  if (a.has("evaluator") && a.get("evaluator") != "gpu" && a.get("evaluator") != "sim")
+    throw std::invalid_argument(fmt::format("--evaluator {}: use sim or gpu", a.get("evaluator")));
+  if (a.has("gpus") && !on_gpus) throw std::invalid_argument("--gpus needs --evaluator gpu");
+#ifndef SPECGEN_RUN_GPU
+  if (on_gpus)
+    throw std::invalid_argument("--evaluator gpu: this specgen-run was built without the CUDA Toolkit, so it has no GPU "
+                                "evaluator; rebuild where the toolkit is installed");
+#endif
+  if (on_gpus && backend_name != "replay")
+    throw std::invalid_argument("--evaluator gpu runs with the replay backend in this version");
+  // A real server streams in real time, and real GPUs evaluate in it.
+  const bool real_time = a.has("real-time") || backend_name == "openai" || on_gpus;
   o.progress_every = seconds(a.number<double>("progress-every", real_time ? 2.0 : 120.0));
   const int rounds = cfg->budget.max_rounds;
   if (!a.has("quiet")) o.progress = [rounds](const std::vector<search_progress>& p, double now) { print_progress(p, now, rounds); };
 
-  fmt::print("specgen-run: {} task(s), mode {}, {} round(s), backend {}, evaluator: simulated device ({} GPUs, {} time)\n",
-             corpus->tasks.size(), cj.value("mode", std::string("specgen")), rounds, backend_name, o.sim.devices,
-             real_time ? "real" : "virtual");
-  fmt::print("             (the GPU evaluator is not finished in this version; the simulated device answers from the corpus's cost table)\n");
+  const std::string corpus_name = cc.dir ? cc.dir->string() : fmt::format("procedural (seed {})", cc.seed);
+  if (on_gpus)
+    fmt::print("specgen-run: {} task(s) of {}, mode {}, {} round(s), backend {}, evaluator: the GPU pool (real time)\n",
+               corpus->tasks.size(), corpus_name, cj.value("mode", std::string("specgen")), rounds, backend_name);
+  else
+    fmt::print("specgen-run: {} task(s) of {}, mode {}, {} round(s), backend {}, evaluator: simulated device ({} GPUs, {} "
+               "time, answering from the corpus's measured cost table)\n",
+               corpus->tasks.size(), corpus_name, cj.value("mode", std::string("specgen")), rounds, backend_name,
+               o.sim.devices, real_time ? "real" : "virtual");
   const nlohmann::json config_json = to_json(*cfg);
   nlohmann::json backend_json;  // what the OpenAI backend did; null for replay
   expected<run_result, error> r;
@@ -202,15 +261,21 @@ int run(int argc, char** argv) {
     backend_json = openai_summary(**model);
   }
 #endif
-  if (backend_name == "replay")
+  if (backend_name == "replay" && on_gpus) {
+#ifdef SPECGEN_RUN_GPU
+    r = run_on_gpus(a, *corpus, std::move(*cfg), o);
+#endif
+  } else if (backend_name == "replay") {
     r = real_time ? programs::run_corpus<steady_clock>(*corpus, std::move(*cfg), o)
                   : programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);
+  }
   if (!r) throw std::runtime_error(r.error().message);
 
   nlohmann::json results = *r;
   results["config"] = config_json;
   if (!backend_json.is_null()) results["backend"] = backend_json;
-  results["corpus"] = a.has("corpus") ? a.get("corpus") : fmt::format("procedural (seed {})", cc.seed);
+  results["corpus"] = corpus_name;
+  results["evaluator"] = on_gpus ? "gpu_pool" : "simulated_device";
   {
     std::ofstream f(out / "results.json");
     f << results.dump(2) << '\n';

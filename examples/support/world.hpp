@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -19,6 +21,44 @@
 #include <string>
 
 namespace specgen::programs {
+
+/**
+ * The bundled suite (tasks/suite: 20 tasks, their candidates, traces and the
+ * cost table measured on an H200): $SPECGEN_SUITE when set, else the
+ * installed copy beside the program (<prefix>/share/specgen/suite), else the
+ * source tree it was built from.
+ */
+inline std::filesystem::path default_suite_dir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("SPECGEN_SUITE"); env && *env) return env;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = self.parent_path().parent_path() / "share" / "specgen" / "suite";
+    if (fs::exists(installed / "cost_table.json", ec)) return installed;
+  }
+#ifdef SPECGEN_SUITE_DIR
+  return SPECGEN_SUITE_DIR;
+#else
+  return "tasks/suite";
+#endif
+}
+
+/// The corpus a `--corpus` value names: "procedural" for the generated one
+/// (nullopt), a directory, or (no value) the bundled suite.
+inline std::optional<std::filesystem::path> corpus_dir(const std::optional<std::string>& given) {
+  if (!given) return default_suite_dir();
+  if (*given == "procedural") return std::nullopt;
+  return std::filesystem::path(*given);
+}
+
+/// Rounds recorded per task in a corpus (the most over its tasks). Replay past
+/// them cycles through the recorded rounds, so a run of more is a repetition.
+inline int recorded_rounds(const replay::corpus& c) {
+  int most = 0;
+  for (const auto& t : c.traces) most = std::max(most, t.round + 1);
+  return most;
+}
 
 /// Where the tasks, traces and cost table come from.
 struct corpus_choice {
@@ -53,13 +93,13 @@ struct run_options {
   duration progress_every = seconds(60);
 };
 
-/// Run `cfg` over every task of `c` with `model`, a backend on `loop`. Errors
+/// Run `cfg` over every task of `c` with `model`, a backend on `loop`, and
+/// `device`, an evaluator on `loop` (the simulated device or a GPU pool). Errors
 /// (a journal that cannot be read or written, a resume that does not match)
 /// come back as values.
-template <clock Clock, backend Backend>
-expected<run_result, error> run_corpus_with(event_loop<Clock>& loop, Backend& model, const replay::corpus& c, engine_config cfg,
-                                            const run_options& o) {
-  sim::simulated_device device(loop, c.costs, o.sim);
+template <clock Clock, backend Backend, evaluator Evaluator>
+expected<run_result, error> run_corpus_on(event_loop<Clock>& loop, Backend& model, Evaluator& device,
+                                          const replay::corpus& c, engine_config cfg, const run_options& o) {
   std::optional<journal_state> previous;
   if (o.resume) {
     if (!o.journal) return unexpected(error{"resume needs a journal"});
@@ -88,6 +128,14 @@ expected<run_result, error> run_corpus_with(event_loop<Clock>& loop, Backend& mo
   run_result r = eng.run();
   if (o.timeline && !tl.write(*o.timeline)) return unexpected(error{fmt::format("cannot write {}", o.timeline->string())});
   return r;
+}
+
+/// `run_corpus_on` with the simulated device answering from the corpus's cost table.
+template <clock Clock, backend Backend>
+expected<run_result, error> run_corpus_with(event_loop<Clock>& loop, Backend& model, const replay::corpus& c, engine_config cfg,
+                                            const run_options& o) {
+  sim::simulated_device device(loop, c.costs, o.sim);
+  return run_corpus_on(loop, model, device, c, std::move(cfg), o);
 }
 
 /// Run `cfg` over every task of `c` with the replay model playing its traces.
