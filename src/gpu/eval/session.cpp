@@ -566,6 +566,8 @@ struct device_session::state {
     m.samples_us = cs->samples_us;
     m.metrics["noise"] = cs->noise;
     m.metrics["samples"] = static_cast<double>(cs->samples_us.size());
+    // 1 when the timed runs were gated (executor.hpp, context_state::hold).
+    m.metrics["launch_gate"] = r.value("launch_gate", false) ? 1.0 : 0.0;
     // Where the worker's time went (seconds): setup, warmup, sampling, cupti, timed_check, recheck, total.
     if (auto ph = r.find("phases_s"); ph != r.end() && ph->is_object())
       for (const auto& [name, v] : ph->items())
@@ -639,7 +641,12 @@ struct device_session::state {
       const double km = median(list("kernel_us")), em = median(list("event_us"));
       if (em > 0) {
         const double rel = (km - em) / em;
-        m.metrics["event_vs_cupti"] = rel;
+        // Accuracy of the reported time: CUPTI's kernel time against the
+        // sampled event median (runs without CUPTI, whose tracing adds about
+        // 1 us to every event pair of its own pass).
+        if (m.median_us > 0) m.metrics["event_vs_cupti"] = (km - m.median_us) / m.median_us;
+        // The same runs on both clocks: what the `suspicious` rules below compare.
+        m.metrics["event_vs_cupti_same_runs"] = rel;
         m.metrics["cupti_kernel_us"] = km;
         if (km > em * (1 + pc.cupti_tolerance))
           return finish(make(verdict_kind::suspicious,

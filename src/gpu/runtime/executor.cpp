@@ -462,17 +462,22 @@ expected<double, runtime_error> prepared_plan::timed_run(std::chrono::steady_clo
   auto& s = *state_;
   const auto& api = *s.api;
   if (auto u = s.require_usable(); !u) return unexpected(u.error());
-  // Released on every path out, before anything waits on the stream.
+  // Released on every path out, before anything waits on the stream. Not
+  // for plans that call a library: cuBLAS may wait on the stream inside a
+  // call (workspace set-up), which would wait on the gate for ever.
   struct gate {
     context_state& s;
-    explicit gate(context_state& st) : s(st) { s.hold(); }
-    ~gate() { s.release(); }
+    bool held;
+    gate(context_state& st, bool hold) : s(st), held(hold && st.hold()) {}
+    ~gate() {
+      if (held) s.release();
+    }
     gate(const gate&) = delete;  // one hold, one release
     gate& operator=(const gate&) = delete;
   };
   expected<void, runtime_error> launched;
   {
-    gate held(s);
+    gate held(s, calls_.empty());
     if (auto r = s.check(api.cuEventRecord(s.start, s.stream), k::internal, "cuEventRecord"); !r)
       return unexpected(r.error());
     launched = enqueue();

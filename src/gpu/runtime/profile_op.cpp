@@ -472,6 +472,7 @@ expected<json, failure> profile(worker_state& w, const request& r, reply_binary&
               {"sm_clock_mhz", clock},
               {"l2_flush_bytes", p.flush ? p.flush->size() : 0},
               {"persisting_l2_reset", persisting_reset},
+              {"launch_gate", p.state.gate_flag != nullptr},
               {"cupti", std::move(*cupti)},
               {"hardware_metrics", std::move(*hardware)},
               {"timed_check", std::move(timed)},

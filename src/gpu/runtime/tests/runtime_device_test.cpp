@@ -151,7 +151,8 @@ std::vector<float> output_c(const response& r) {
   const auto& o = r.result["outputs"][0];
   REQUIRE(o["name"] == "c");
   REQUIRE(o["length"] == n * sizeof(float));
-  std::memcpy(c.data(), r.binary.data() + o["offset"].get<std::size_t>(), n * sizeof(float));
+  REQUIRE(o["offset"].get<std::size_t>() + n * sizeof(float) <= r.payload().size());
+  std::memcpy(c.data(), r.payload().data() + o["offset"].get<std::size_t>(), n * sizeof(float));
   return c;
 }
 
@@ -232,8 +233,8 @@ std::vector<float> host_sums(int elements, std::uint64_t seed_a, std::uint64_t s
 std::vector<float> floats_at(const response& r, const nlohmann::json& output) {
   std::vector<float> v(output["length"].get<std::size_t>() / sizeof(float));
   const auto offset = output["offset"].get<std::size_t>();
-  REQUIRE(offset + v.size() * sizeof(float) <= r.binary.size());
-  std::memcpy(v.data(), r.binary.data() + offset, v.size() * sizeof(float));
+  REQUIRE(offset + v.size() * sizeof(float) <= r.payload().size());
+  std::memcpy(v.data(), r.payload().data() + offset, v.size() * sizeof(float));
   return v;
 }
 
@@ -303,7 +304,7 @@ TEST_CASE("run generates its inputs, repeats with fresh poison, and keeps module
   INFO(r.result.dump());
   REQUIRE(r.result["ok"] == true);
   REQUIRE(r.result["runs"].size() == 3);
-  CHECK(r.binary.size() == 3 * n * sizeof(float));
+  CHECK(r.payload().size() == 3 * n * sizeof(float));
   for (const auto& run : r.result["runs"]) {
     CHECK(run["guards_intact"] == true);
     CHECK(run["inputs_intact"] == true);
