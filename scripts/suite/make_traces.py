@@ -7,8 +7,9 @@
 
 Reads the authoring source scripts/suite/traces/<task>.md of each task (format below), fills in
 the exact text of the task's candidate kernels (tasks/suite/candidates/<task>/<name>.cu and the
-plan of <name>.json), counts tokens with the project's rule (literal text: 1 token per 4 bytes,
-rounded up, at least 1; include/specgen/replay/trace.hpp, estimate_tokens), places every fork
+plan of <name>.json) and the measured numbers the text quotes (tasks/suite/cost_table.json, below),
+counts tokens with the project's rule (literal text: 1 token per 4 bytes, rounded up, at least 1;
+include/specgen/replay/trace.hpp, estimate_tokens), places every fork
 point at the token where a trigger fires (the closing brace of a draft's first __global__ body,
 or the end of the sentence that holds a design decision or an implementation hint), checks the
 calibration (docs/trace-format.md, DESIGN.md "Calibration of the replay model") and writes
@@ -30,10 +31,34 @@ Authoring format (one file per task, UTF-8):
 
 In literal text, {line:<candidate>:<text>} becomes the 1-based line of the first line of that candidate's
 source containing <text>, and {kernel:<candidate>} the name of its first extern "C" kernel.
+
+Measured numbers: in literal text, @about lines and answer prose, {{<task>/<candidate>:<field>}} (or
+{{<candidate>:<field>}} for the file's own task) becomes what tasks/suite/cost_table.json recorded for that
+candidate (its entry is found by task and label, and its key must be source_key of the candidate's source):
+
+    speedup        baseline_us / runtime_us, 2 decimals and an x          0.17x
+    median_us      runtime_us, the candidate's median, 3 significant      797 us, 70.2 us, 5.87 ms
+                   figures, in ms from 1000 us on
+    baseline_us    the baseline's median next to it, formatted the same   138 us
+    verdict        the verdict, as the evaluator names it                 ok, wrong_result, compile_error
+    summary        the evaluator's one-line summary, verbatim             output 'y' at N=1: 1 of 1 elements ...
+    error          a compile error's message (the summary without         candidate.cu(4): error: identifier ...
+                   "NVRTC rejected the source: ")
+    output         of a wrong result: the output named in the summary     y
+    shape          the shape of the failing case, spaced                  C = 3, H = 9, K = 5, N = 2, W = 11
+    mismatched     how many elements were out of tolerance                20 of 630 elements
+    max_abs_error  the largest absolute error, as the summary prints it   2.25e+04
+    max_rel_error  the largest relative error, likewise                   2.45e+04
+    first_index    the flat index of the first bad element                270
+
+speedup, median_us and baseline_us need a verdict of ok; a field the entry lacks (a timing of a kernel that
+failed, an error size of a degenerate output), an unknown field or candidate, another task's candidate, or a
+stale entry is an error naming the file and line. Nothing else in the sources should claim to be measured.
 """
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -70,6 +95,8 @@ PHRASES = [p.lower() for p in DESIGN_PHRASES + HINT_PHRASES]
 MAX_WAIT_CHARS = 200
 
 SPEED_RANK = {"slower": 1, "similar": 2, "faster": 3}
+
+COST_TABLE = SUITE / "cost_table.json"
 
 
 def estimate_tokens(text: str) -> int:
@@ -137,6 +164,151 @@ def load_candidates(task: str) -> dict[str, Candidate]:
         out[j["name"]] = Candidate(j["name"], source, plan, expect, j.get("speed", ""), j["why"])
     if not out:
         raise AuthoringError(f"no candidates in {d}")
+    return out
+
+
+_CANDIDATES: dict[str, dict[str, Candidate]] = {}
+
+
+def candidates_of(task: str) -> dict[str, Candidate]:
+    if task not in _CANDIDATES:
+        _CANDIDATES[task] = load_candidates(task)
+    return _CANDIDATES[task]
+
+
+# ---- the measured cost table: {{<task>/<candidate>:<field>}} ---------------------------------------
+
+
+def source_key(source: str) -> int:
+    """include/specgen/types.hpp, source_key: FNV-1a 64 over the source, whitespace runs as one space."""
+    h, pending, any_char = 0xcbf29ce484222325, False, False
+    for c in source.encode("utf-8"):
+        if c in b" \t\n\r\f\v":
+            pending = any_char
+            continue
+        if pending:
+            h = ((h ^ 0x20) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+            pending = False
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+        any_char = True
+    return h
+
+
+def format_time(us: float) -> str:
+    """3 significant figures, in us below 1000 us and in ms from there on: 70.2 us, 797 us, 5.87 ms, 74.4 ms."""
+    def sig3(v: float) -> str:
+        if v <= 0:
+            raise AuthoringError(f"a time of {v} us")
+        r = round(v, 2 - math.floor(math.log10(v)))
+        return f"{r:.{max(0, 2 - math.floor(math.log10(r)))}f}"
+    text = sig3(us)
+    if float(text) < 1000:
+        return f"{text} us"
+    return f"{sig3(us / 1000)} ms"
+
+
+_SUMMARY = re.compile(r"output '(?P<output>[^']+)' at (?P<shape>[^:]+?)(?: is degenerate)?: "
+                      r"(?:(?P<bad>\d+) of (?P<total>\d+) elements out of tolerance, max abs error (?P<abs>\S+), "
+                      r"max rel error (?P<rel>\S+), first at index (?P<first>\d+))?")
+COMPILE_PREFIX = "NVRTC rejected the source: "
+TIMING_FIELDS = ("speedup", "median_us", "baseline_us")
+FIELDS = TIMING_FIELDS + ("verdict", "summary", "error", "output", "shape", "mismatched", "max_abs_error",
+                          "max_rel_error", "first_index")
+PLACEHOLDER = re.compile(r"\{\{(?:(?P<task>\w+)/)?(?P<cand>\w+):(?P<field>\w+)\}\}")
+
+
+class CostTable:
+    """tasks/suite/cost_table.json (specgen-cost-table/1), its entries by (task, label)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.entries: dict[tuple[str, str], dict] = {}
+        self.loaded = False
+
+    def load(self) -> None:
+        if self.loaded:
+            return
+        if not self.path.exists():
+            raise AuthoringError(f"{self.path}: missing; the traces quote measured numbers from it")
+        doc = json.loads(self.path.read_text(encoding="utf-8"))
+        if doc.get("format") != "specgen-cost-table/1":
+            raise AuthoringError(f"{self.path}: format {doc.get('format')!r}, expected 'specgen-cost-table/1'")
+        for i, e in enumerate(doc["kernels"]):
+            k = (e.get("task", ""), e.get("label", ""))
+            if not all(k):
+                continue  # a kernel that is no suite candidate
+            if k in self.entries:
+                raise AuthoringError(f"{self.path}: /kernels/{i}: a second entry for {k[0]}/{k[1]}")
+            self.entries[k] = e
+        self.loaded = True
+
+    def value(self, task: str, cand: "Candidate", fld: str, where: str) -> str:
+        self.load()
+        name = f"{task}/{cand.name}"
+        e = self.entries.get((task, cand.name))
+        if e is None:
+            raise AuthoringError(f"{where}: {{{{{name}:{fld}}}}}: {self.path.name} has no entry for {name}")
+        key = f"{source_key(cand.source):016x}"
+        if e.get("key") != key:
+            raise AuthoringError(f"{where}: {{{{{name}:{fld}}}}}: the entry of {name} in {self.path.name} has key "
+                                 f"{e.get('key')}, the candidate's source has key {key}: the table is stale")
+        verdict = e.get("verdict", "")
+
+        def missing(why: str) -> AuthoringError:
+            return AuthoringError(f"{where}: {{{{{name}:{fld}}}}}: {name} has no {fld} ({why})")
+
+        if fld in TIMING_FIELDS:
+            run, base = e.get("runtime_us", 0.0), e.get("baseline_us", 0.0)
+            if verdict != "ok" or run <= 0 or base <= 0:
+                raise missing(f"its verdict is {verdict}, not a timed ok")
+            if fld == "speedup":
+                return f"{base / run:.2f}x"
+            return format_time(run if fld == "median_us" else base)
+        if fld == "verdict":
+            return verdict
+        summary = e.get("summary", "")
+        if fld == "summary":
+            if not summary:
+                raise missing("its summary is empty")
+            return summary
+        if fld == "error":
+            if verdict != "compile_error" or not summary.startswith(COMPILE_PREFIX):
+                raise missing(f"its verdict is {verdict}")
+            return summary[len(COMPILE_PREFIX):]
+        m = _SUMMARY.search(summary)
+        if m is None:
+            raise missing(f"its summary names no failing output: {summary!r}")
+        if fld == "output":
+            return m.group("output")
+        if fld == "shape":
+            return ", ".join(d.replace("=", " = ") for d in m.group("shape").split(","))
+        if m.group("bad") is None:
+            raise missing(f"the summary gives no error sizes: {summary!r}")
+        return {"mismatched": f"{m.group('bad')} of {m.group('total')} elements", "max_abs_error": m.group("abs"),
+                "max_rel_error": m.group("rel"), "first_index": m.group("first")}[fld]
+
+
+COSTS = CostTable(COST_TABLE)
+
+
+def resolve_measured(text: str, task: str, cands: dict[str, "Candidate"], where: str) -> str:
+    """Replace every {{<task>/<candidate>:<field>}} of one source line by the cost table's value."""
+    def one(m: re.Match) -> str:
+        t = m.group("task") or task
+        if t != task:
+            raise AuthoringError(f"{where}: {m.group(0)} names task {t}; this file is for {task}")
+        if m.group("field") not in FIELDS:
+            raise AuthoringError(f"{where}: {m.group(0)}: unknown field {m.group('field')} "
+                                 f"(known: {', '.join(FIELDS)})")
+        c = cands.get(m.group("cand"))
+        if c is None:
+            raise AuthoringError(f"{where}: {m.group(0)}: {task} has no candidate {m.group('cand')}")
+        return COSTS.value(task, c, m.group("field"), where)
+
+    out = PLACEHOLDER.sub(one, text)
+    if "{{" in out:
+        bad = out[out.index("{{"):][:60]
+        raise AuthoringError(f"{where}: malformed placeholder '{bad}' (write {{{{<task>/<candidate>:<field>}}}})")
     return out
 
 
@@ -257,6 +429,13 @@ def parse_source(path: Path) -> TaskSource:
     def where(n: int) -> str:
         return f"{path}:{n}"
 
+    def measured(line: str, n: int) -> str:
+        if "{{" not in line:
+            return line
+        if not src.task:
+            raise AuthoringError(f"{where(n)}: a placeholder before the '@task' line")
+        return resolve_measured(line, src.task, candidates_of(src.task), where(n))
+
     def flush() -> None:
         nonlocal text
         if cur is None or in_answer:
@@ -290,20 +469,22 @@ def parse_source(path: Path) -> TaskSource:
             continue
         if line.startswith("@about "):
             name, _, about = line[len("@about "):].partition("|")
-            src.about[name.strip()] = about.strip()
+            src.about[name.strip()] = measured(about.strip(), n)
             continue
         if cur is None:
             if line.strip():
                 raise AuthoringError(f"{where(n)}: text before the first '=== round' line")
             continue
         if in_answer:
-            text.append(line)
+            text.append(measured(line, n))
             continue
         if line.startswith("~"):
             flush()
             m = re.fullmatch(r"~(\d+) (.+)", line)
             if not m:
                 raise AuthoringError(f"{where(n)}: a filler line is '~<tokens> <topic>'")
+            if "{{" in line:
+                raise AuthoringError(f"{where(n)}: a filler topic cannot hold a measured number")
             cur.segments.append(Segment("filler", tokens=int(m.group(1)), topic=m.group(2).strip(), line=n))
             continue
         if line.startswith("@draft "):
@@ -329,7 +510,7 @@ def parse_source(path: Path) -> TaskSource:
             raise AuthoringError(f"{where(n)}: unknown directive {line.split()[0]}")
         if not text:
             text_line = n
-        text.append(raw)
+        text.append(measured(raw, n))
     if cur and in_answer:
         cur.answer_lines = list(text)
     flush()
@@ -593,7 +774,7 @@ def check_round(trace: dict, segs: list[Segment], cands: dict[str, Candidate], f
 
 def build_task(path: Path) -> tuple[str, list[Built]]:
     src = parse_source(path)
-    cands = load_candidates(src.task)
+    cands = candidates_of(src.task)
     for name in src.about:
         if name not in cands:
             raise AuthoringError(f"{path}: @about names unknown candidate {name}")
