@@ -44,6 +44,8 @@ Suite and model:
   --tasks N           run only the first N tasks
   --backend NAME      replay (default), or openai: a vLLM, SGLang or other
                       OpenAI-compatible server (runs in real time)
+  --decode-rate R     the replay model's decode speed in tokens/s (default 70, the
+                      calibrated speed of a large reasoning model on an H200)
 Search:
   --mode MODE         sequential, parallel, evolve, specgen (default),
                       parallel+specgen, evolve+specgen, +spec, +elastic, +priority, +kv
@@ -161,7 +163,7 @@ expected<run_result, error> run_on_gpus(const programs::args& a, const replay::c
 int run(int argc, char** argv) {
   programs::args a(argc, argv,
                    {"corpus", "corpus-seed", "tasks", "backend", "mode", "config", "rounds", "seed", "target", "devices",
-                    "evaluator", "gpus", "out", "progress-every", "base-url", "model", "preset", "server", "api-key-env", "openai-config"},
+                    "evaluator", "gpus", "decode-rate", "out", "progress-every", "base-url", "model", "preset", "server", "api-key-env", "openai-config"},
                    {"help", "real-time", "resume", "quiet"});
   if (a.has("help")) {
     fmt::print("{}", usage_text);
@@ -217,6 +219,11 @@ int run(int argc, char** argv) {
   fs::create_directories(out);
   programs::run_options o;
   o.sim.devices = a.number<int>("devices", 4);
+  if (a.has("decode-rate")) {
+    if (backend_name != "replay") throw std::invalid_argument("--decode-rate is the replay model's; a server decodes at its own speed");
+    o.replay.decode_tokens_per_s = a.number<double>("decode-rate", o.replay.decode_tokens_per_s);
+    if (!(o.replay.decode_tokens_per_s > 0)) throw std::invalid_argument("--decode-rate must be positive");
+  }
   o.sim.seed = cfg->seed;
   o.journal = out / "journal.jsonl";
   o.resume = a.has("resume");
