@@ -15,6 +15,9 @@
 
 #include <specgen/gpu/evaluation.hpp>
 #include <specgen/gpu/runtime.hpp>
+#ifdef SPECGEN_BENCH_KV
+#include <specgen/gpu/kv_store.hpp>
+#endif
 #include <specgen/cost_table.hpp>
 #include <specgen/engine.hpp>
 #include <specgen/modes.hpp>
@@ -732,16 +735,39 @@ int bench_e2e_live(const programs::args& a) {
                           {"pool_utilization", r.pool_utilization}, {"tokens", r.generated_tokens},
                           {"best_speedup_geomean", r.best_speedup_geomean}, {"searches", searches}};
   };
+  if (a.has("kv") && a.get("kv") != "gpu" && a.get("kv") != "modelled")
+    throw std::invalid_argument(fmt::format("--kv: 'gpu' or 'modelled', got '{}'", a.get("kv")));
+#ifdef SPECGEN_BENCH_KV
+  // --kv gpu: in the live runs a mode's KV policy (the +kv step) becomes the
+  // real GPU store (docs/kv-store.md), and the pool makes room in it before
+  // each job; the virtual runs keep the modelled one.
+  const bool kv_gpu = a.get("kv") == "gpu";
+  std::shared_ptr<gpu::kv_store> live_kv;  // set while a live run's config is built
+  out["kv"] = kv_gpu ? "gpu" : "modelled";
+  // With the replay default (the server's prefix cache covers every prefix) a
+  // lease saves nothing; like `e2e`, leave the server a quarter of it.
+  const double kv_prefix_hit = 0.25;
+  if (kv_gpu) rp.server_prefix_hit = kv_prefix_hit;
+  if (kv_gpu) out["server_prefix_hit"] = kv_prefix_hit;
+#else
+  if (a.get("kv") == "gpu") throw std::invalid_argument("--kv gpu: specgen-bench was built without the GPU KV store");
+#endif
   for (const auto& mode : chosen) {
     auto config = [&] {
       auto cfg = mode_config(mode);
       if (!cfg) throw std::invalid_argument(cfg.error().message);
       cfg->budget = {.max_rounds = rounds, .max_seconds = max_seconds, .target_speedup = target};
+#ifdef SPECGEN_BENCH_KV
+      if (live_kv && cfg->kv.name() != "no_kv") cfg->kv = gpu::make_gpu_kv(live_kv, kv_model{});
+#endif
       return std::move(*cfg);
     };
     // Virtual time, simulated device answering from the measured cost table.
     programs::run_options o;
     o.sim.devices = *gpus;
+#ifdef SPECGEN_BENCH_KV
+    if (kv_gpu) o.replay.server_prefix_hit = kv_prefix_hit;  // the virtual run as the live one
+#endif
     auto v = programs::run_corpus<virtual_clock>(*corpus, config(), o);
     if (!v) throw std::runtime_error(fmt::format("{} (virtual): {}", mode, v.error().message));
     out["virtual"][mode] = summary(*v);
@@ -751,13 +777,35 @@ int bench_e2e_live(const programs::args& a) {
     gpu::pool_config pc;
     temp_dir cache("e2e-live");
     pc.session = session_for(0, cache.path.string());
+#ifdef SPECGEN_BENCH_KV
+    if (kv_gpu) {
+      auto s = gpu::kv_store::create({.block_bytes = kv_model{}.bytes_per_block()});
+      if (!s) throw std::runtime_error(fmt::format("cannot create the GPU KV store: {}", s.error().message));
+      live_kv = *s;
+      pc.before_job = [s = *s](int device, std::uint64_t bytes) { s->make_room(device, bytes); };
+    }
+#endif
     auto pool = gpu::gpu_pool::create(loop, pc);
     if (!pool) throw std::runtime_error(fmt::format("cannot start the GPU pool: {}", pool.error().message));
     engine eng(loop, model, **pool, config());
+#ifdef SPECGEN_BENCH_KV
+    const auto store_used = std::exchange(live_kv, nullptr);  // the next mode's virtual run keeps the modelled policy
+#endif
     for (const auto& t : corpus->tasks) eng.add_search(std::make_shared<const task>(t));
     const auto w0 = steady::now();
     const run_result r = eng.run();
     out["live"][mode] = summary(r);
+#ifdef SPECGEN_BENCH_KV
+    if (store_used) {
+      const auto st = store_used->stats();
+      out["live"][mode]["kv_store"] = {{"fetches", st.fetches},         {"fetched_bytes", st.fetched_bytes},
+                                       {"put_blocks", st.put_blocks},   {"demoted", st.demoted},
+                                       {"dropped", st.dropped},         {"slabs_freed", st.slabs_freed},
+                                       {"corrupt", st.corrupt}};
+      fmt::print("{:<12} GPU KV store: {} fetches, {:.1f} GiB fetched, {} blocks put, {} slabs released for jobs\n", mode,
+                 st.fetches, static_cast<double>(st.fetched_bytes) / (1ull << 30), st.put_blocks, st.slabs_freed);
+    }
+#endif
     fmt::print("{:<12} live: {:7.1f} s, {:3} profiled, utilisation {:5.1f}%, best {:.2f}x | virtual: {:7.1f} s, {:3} "
                "profiled, utilisation {:5.1f}%, best {:.2f}x  (wall {:.0f} s)\n",
                mode, r.e2e_seconds, r.profiled_kernels, 100 * r.pool_utilization, r.best_speedup_geomean,
@@ -789,7 +837,7 @@ int run_gpu_bench(int argc, char** argv) {
   const std::string_view cmd = argv[1];
   const programs::args a(argc, argv,
                          {"json", "tasks", "task", "reps", "runs", "device", "suite", "table", "corpus", "live-tasks",
-                          "rounds", "target", "modes", "max-seconds"},
+                          "rounds", "target", "modes", "max-seconds", "kv"},
                          {"help", "hardware-metrics"}, 2);
   if (cmd == "gpu-latency") return bench_latency(a);
   if (cmd == "gpu-spread") return bench_spread(a);

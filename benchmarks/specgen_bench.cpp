@@ -32,7 +32,7 @@ using namespace specgen;
 
 namespace {
 
-constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn|calibrate|e2e-live|openai-client> [options]
+constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn|calibrate|e2e-live|openai-client|kv-bandwidth|kv-prefix|kv-stress> [options]
 
 e2e options:
   --modes LIST         comma-separated modes (default: all ten)
@@ -68,6 +68,20 @@ e2e-live options (real GPUs, real time, replay model at its calibrated speed):
                        --target X (default 2.0), --max-seconds S per search (default 240),
                        --modes LIST (default sequential,specgen); the same subset also runs in
                        virtual time on the simulated device, reported side by side
+  --kv gpu             swap the modes' KV policy for the real GPU KV store (live runs only;
+                       the pool makes room in it before each job)
+  --json FILE          write the JSON results
+kv-* options (the GPU KV store, docs/kv-store.md; "no GPU: <reason>" and exit 0 without one):
+  --device N           the GPU receiving the blocks (default 0); --peer-device N the GPU holding
+                       them for the GPU-to-GPU routes (default 1 when there are two)
+  --reps N             timed repetitions after a warm-up, the median reported (default 5)
+  --block-kib LIST, --batches LIST   kv-bandwidth: block sizes in KiB (default 64,256,1024,4096)
+                       and batch sizes in blocks (default 1,8,64,256,1024); --max-mib N (default
+                       4096) and --max-host-mib N (default 1024) cap a batch's bytes
+  --chunk-mib N        staging chunk of a transfer (default 256; 0: the whole transfer at once)
+  --tokens N           kv-prefix: the prefix length (default 16384: 4 GiB of a 32B-class model)
+  --threads N, --iterations N, --seed N   kv-stress (default 4 x 2000); --block-kib N (default 64)
+  --verify             checksum every block (kv-bandwidth, kv-prefix; kv-stress always does)
   --json FILE          write the JSON results
 openai-client options (the OpenAI backend against a local vLLM stand-in):
   --streams N, --rate TOKENS_PER_S, --seconds S (default 64 x 100 for 10 s),
@@ -372,6 +386,11 @@ namespace specgen::bench {
 int run_openai_bench(int argc, char** argv);  // openai_bench.cpp
 }
 #endif
+#ifdef SPECGEN_BENCH_KV
+namespace specgen::bench {
+int run_kv_bench(int argc, char** argv);  // kv_bench.cpp
+}
+#endif
 
 int main(int argc, char** argv) {
   try {
@@ -383,6 +402,14 @@ int main(int argc, char** argv) {
     if (std::find(gpu_benchmarks.begin(), gpu_benchmarks.end(), cmd) != gpu_benchmarks.end()) {
 #ifdef SPECGEN_BENCH_GPU
       return bench::run_gpu_bench(argc, argv);
+#else
+      fmt::print("no GPU: specgen-bench was built without the CUDA Toolkit\n");
+      return 0;
+#endif
+    }
+    if (cmd == "kv-bandwidth" || cmd == "kv-prefix" || cmd == "kv-stress") {
+#ifdef SPECGEN_BENCH_KV
+      return bench::run_kv_bench(argc, argv);
 #else
       fmt::print("no GPU: specgen-bench was built without the CUDA Toolkit\n");
       return 0;

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 using namespace specgen;
@@ -130,6 +131,43 @@ TEST_CASE("shrink_to lowers the capacity and evicts least recently used blocks")
   CHECK(idx.capacity() == 5);  // shrinking never grows
 }
 
+TEST_CASE("touch reorders resident blocks like a chain read and evict takes the coldest without lowering the capacity") {
+  block_index idx(8);
+  const auto a = block_keys(tokens(12), 4);
+  const auto b = block_keys(tokens(8, 100), 4);
+  idx.insert(a, 0);
+  idx.insert(b, 0);
+  CHECK(idx.lru_order() == std::vector<std::uint64_t>{b[0], b[1], a[0], a[1], a[2]});
+  const std::vector<std::uint64_t> absent{12345};
+  idx.touch(absent);  // absent keys are skipped
+  idx.touch(std::span(a).subspan(1));
+  CHECK(idx.lru_order() == std::vector<std::uint64_t>{a[1], a[2], b[0], b[1], a[0]});
+  CHECK(idx.stats().hits == 0);  // touching is not a lookup
+
+  CHECK(idx.evict(2) == std::vector<std::uint64_t>{a[0], b[1]});
+  CHECK(idx.capacity() == 8);
+  CHECK(idx.size() == 3);
+  CHECK(idx.stats().evictions == 2);
+  CHECK(idx.evict(10).size() == 3);
+  CHECK(idx.evict(1).empty());
+  CHECK(idx.insert(a, 0).inserted.size() == 3);  // room again: the capacity did not drop
+}
+
+TEST_CASE("synthetic block bytes are counter-based words a GPU can write in parallel") {
+  std::vector<std::byte> out(40);
+  detail::synthetic_block(7, {}, out);
+  for (std::size_t j = 0; j < 5; ++j) {
+    std::uint64_t w = 0;
+    for (int b = 7; b >= 0; --b) w = (w << 8) | std::to_integer<std::uint64_t>(out[j * 8 + static_cast<std::size_t>(b)]);
+    CHECK(w == detail::block_mix(7 + (j + 1) * 0x9e3779b97f4a7c15ull));
+  }
+  std::vector<std::byte> part(13), other(40);
+  detail::synthetic_block(7, {}, part);  // a partial last word: its leading bytes
+  CHECK(std::equal(part.begin(), part.end(), out.begin()));
+  detail::synthetic_block(8, {}, other);
+  CHECK(other != out);
+}
+
 TEST_CASE("a lease's fetch time is latency plus cached bytes over bandwidth") {
   remote_gpu_kv kv;  // 395 GB/s, 10 us, 4 MiB blocks
   const auto prefix = tokens(1024 + 5);
@@ -224,6 +262,89 @@ TEST_CASE("backed_kv evicts bytes with its index and shrinks under memory pressu
   CHECK(raw->blocks() == 2);
   CHECK(raw->capacity_bytes() == 128);
   CHECK(kv.lease(tokens(12, 100))->cached_tokens == 8);
+}
+
+namespace {
+/// A backing like the GPU store's in what backed_kv sees: it synthesises
+/// bytes itself, fetches into memory of its own (no host bytes back) with a
+/// time of its own, and drops blocks on its own.
+class own_memory_backing final : public kv_backing {
+ public:
+  explicit own_memory_backing(std::size_t capacity_blocks) : inner_(capacity_blocks * tiny.bytes_per_block(), tiny.bytes_per_block()) {}
+  std::size_t block_bytes() const noexcept override { return inner_.block_bytes(); }
+  std::uint64_t capacity_bytes() const noexcept override { return inner_.capacity_bytes(); }
+  expected<void, error> put(std::span<const std::uint64_t> k, std::span<const std::byte> b) override { return inner_.put(k, b); }
+  expected<duration, error> get(std::span<const std::uint64_t> k, std::span<std::byte> out) override { return inner_.get(k, out); }
+  void erase(std::span<const std::uint64_t> k) override { inner_.erase(k); }
+  std::uint64_t shrink(std::uint64_t bytes) override { return inner_.shrink(bytes); }
+  expected<void, error> put_synthetic(std::span<const std::uint64_t> k) override {
+    synthesised.insert(synthesised.end(), k.begin(), k.end());
+    return kv_backing::put_synthetic(k);
+  }
+  expected<duration, error> fetch(std::span<const std::uint64_t> k, std::vector<std::byte>& staging) override {
+    staging.clear();
+    std::vector<std::byte> device(k.size() * block_bytes());  // "device memory"
+    auto r = inner_.get(k, device);
+    if (!r) return r;
+    fetched = std::move(device);
+    return duration(std::chrono::microseconds(42));
+  }
+  std::vector<std::uint64_t> take_dropped() override { return std::exchange(dropped, {}); }
+  /// Removes a block as the store's own memory pressure would.
+  void drop_on_its_own(std::uint64_t key) {
+    inner_.erase(std::span(&key, 1));
+    dropped.push_back(key);
+  }
+  std::vector<std::uint64_t> synthesised, dropped;
+  std::vector<std::byte> fetched;
+
+ private:
+  host_backing inner_;
+};
+}  // namespace
+
+TEST_CASE("backed_kv without a source lets the backing synthesise the bytes where it keeps them") {
+  auto backing = std::make_unique<own_memory_backing>(16);
+  auto* raw = backing.get();
+  backed_kv kv({.model = tiny}, std::move(backing));
+  const auto prefix = tokens(4 * 6);
+  kv.store(1, prefix);
+  const auto keys = block_keys(prefix, tiny.block_tokens);
+  CHECK(raw->synthesised == keys);
+  kv.store(1, tokens(4 * 7));  // only the new block is synthesised
+  CHECK(raw->synthesised.size() == 7);
+}
+
+TEST_CASE("backed_kv leases with the backing's own fetch and its measured time") {
+  auto backing = std::make_unique<own_memory_backing>(16);
+  auto* raw = backing.get();
+  backed_kv kv({.model = tiny}, std::move(backing));
+  const auto prefix = tokens(4 * 3);
+  kv.store(1, prefix);
+  const auto l = kv.lease(prefix);
+  REQUIRE(l);
+  CHECK(l->fetch_time == std::chrono::microseconds(42));
+  CHECK(kv.last_fetch().empty());  // the bytes went to the backing's memory, not back to the host
+  REQUIRE(raw->fetched.size() == 3 * 64);
+  std::vector<std::byte> want(64);
+  detail::synthetic_block(block_keys(prefix, tiny.block_tokens)[1], {}, want);
+  CHECK(std::equal(want.begin(), want.end(), raw->fetched.begin() + 64));
+}
+
+TEST_CASE("blocks a backing drops on its own are forgotten by the index, so a lease stops at the hole") {
+  auto backing = std::make_unique<own_memory_backing>(16);
+  auto* raw = backing.get();
+  backed_kv kv({.model = tiny}, std::move(backing));
+  const auto prefix = tokens(4 * 5);
+  kv.store(1, prefix);
+  raw->drop_on_its_own(block_keys(prefix, tiny.block_tokens)[3]);
+  const auto l = kv.lease(prefix);
+  REQUIRE(l);
+  CHECK(l->cached_tokens == 3 * 4);  // not a failed fetch of a missing block
+  CHECK(kv.last_error().empty());
+  CHECK(kv.stats().resident == 4);
+  kv.store(1, prefix);  // the dropped block is stored again
+  CHECK(kv.lease(prefix)->cached_tokens == 5 * 4);
 }
 
 TEST_CASE("backed_kv refuses a backing whose block size differs from the model's") {

@@ -214,7 +214,23 @@ class device_session {
 struct pool_config {
   std::vector<int> devices{};  ///< empty: every visible GPU
   session_config session{};    ///< `device` is overwritten per GPU
+  /// Called on a GPU's thread right before each validate or profile job runs
+  /// there, with the GPU's CUDA ordinal and the job's working-set estimate in
+  /// bytes (`job_working_set_bytes`). For a tenant of the GPU's spare memory,
+  /// such as the KV store, to make room first: the evaluation always wins.
+  /// Exceptions are swallowed (the hook is advisory). Empty: nothing is called.
+  /// @code
+  ///   pc.before_job = [store](int device, std::uint64_t bytes) { store->make_room(device, bytes); };
+  /// @endcode
+  std::function<void(int device, std::uint64_t bytes)> before_job{};
 };
+
+/// The device memory one validate or profile job of `t` may need on `d`, as
+/// an upper estimate: its inputs and outputs at the largest shape, twice (the
+/// candidate's and the baseline's or reference's buffers, guard zones
+/// included), plus the L2 flush buffer (2 x L2) and 256 MiB for the worker's
+/// context growth and modules. A shape whose size cannot be computed counts 0.
+[[nodiscard]] std::uint64_t job_working_set_bytes(const task& t, const device_info& d);
 
 struct pool_stats {
   std::vector<double> busy_seconds{};   ///< per device, measured wall time holding a job

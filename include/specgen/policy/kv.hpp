@@ -188,6 +188,23 @@ class block_index {
     return r;
   }
 
+  /// Makes the resident keys among `keys` most recently used, the first most of
+  /// all (a chain read in order), and skips the others; counts no hit or miss.
+  /// For a store whose own tiers keep their LRU order in a `block_index`.
+  void touch(std::span<const std::uint64_t> keys) {
+    for (auto k = keys.rbegin(); k != keys.rend(); ++k)
+      if (auto it = blocks_.find(*k); it != blocks_.end()) touch(it->second);
+  }
+
+  /// Removes the `count` least recently used blocks (fewer if fewer are held)
+  /// without lowering the capacity, least recently used first. A tiered store
+  /// uses it to pick the blocks to move down a tier.
+  std::vector<std::uint64_t> evict(std::size_t count) {
+    std::vector<std::uint64_t> evicted;
+    while (count-- > 0 && !lru_.empty()) evict_lru(evicted);
+    return evicted;
+  }
+
   /// Number of leading keys resident; touches them (they are about to be used).
   std::size_t match(std::span<const std::uint64_t> keys) {
     std::size_t n = 0;
@@ -388,6 +405,19 @@ using host_kv = detail::modelled_kv<detail::host_tier>;
 /// KV blocks in the spare memory of evaluation GPUs, fetched over NVLink in one batch (the paper's remote KV).
 using remote_gpu_kv = detail::modelled_kv<detail::remote_gpu_tier>;
 
+namespace detail {
+/// Stand-in KV bytes for a block: 8-byte little-endian word j is
+/// `block_mix(key + (j + 1) * 0x9e3779b97f4a7c15)`. Counter-based, so a GPU
+/// kernel writes exactly these bytes in parallel (src/gpu/kv) and a test can
+/// check any block it fetched against this function.
+inline void synthetic_block(std::uint64_t key, std::span<const token_id>, std::span<std::byte> out) {
+  for (std::size_t j = 0; j * 8 < out.size(); ++j) {
+    const std::uint64_t w = block_mix(key + (j + 1) * 0x9e3779b97f4a7c15ull);
+    for (std::size_t b = 0; b < 8 && j * 8 + b < out.size(); ++b) out[j * 8 + b] = static_cast<std::byte>((w >> (8 * b)) & 0xffu);
+  }
+}
+}  // namespace detail
+
 /**
  * Where a store keeps real KV bytes. The GPU runtime implements it over device
  * memory of the evaluation GPUs; `host_backing` keeps them in host vectors.
@@ -407,7 +437,35 @@ class kv_backing {
   virtual void erase(std::span<const std::uint64_t> keys) = 0;
   /// Memory pressure: lower the capacity to at most `bytes`. Returns the new capacity.
   virtual std::uint64_t shrink(std::uint64_t bytes) = 0;
+
+  /// Stores the blocks with the bytes `detail::synthetic_block` makes from
+  /// their keys, for runs without a model server (the replay model). The
+  /// default synthesises them here and calls `put`; a GPU store writes them
+  /// in device memory, so gigabytes of stand-in KV never cross the host.
+  virtual expected<void, error> put_synthetic(std::span<const std::uint64_t> keys);
+  /// Brings the blocks to where a fork's server reads them, as one batched
+  /// transfer, and returns its measured time (an error as for `get`). The
+  /// default `get`s them into `staging` (host memory, resized to fit); a GPU
+  /// store copies them into GPU memory instead and leaves `staging` empty.
+  virtual expected<duration, error> fetch(std::span<const std::uint64_t> keys, std::vector<std::byte>& staging);
+  /// Keys the backing removed on its own since the last call (its own memory
+  /// pressure, a failed integrity check), so that an index in front of it
+  /// forgets them too. The default removes nothing on its own.
+  virtual std::vector<std::uint64_t> take_dropped() { return {}; }
 };
+
+inline expected<void, error> kv_backing::put_synthetic(std::span<const std::uint64_t> keys) {
+  const std::size_t bb = block_bytes();
+  std::vector<std::byte> batch(keys.size() * bb);
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    detail::synthetic_block(keys[i], {}, std::span<std::byte>(batch).subspan(i * bb, bb));
+  return put(keys, batch);
+}
+
+inline expected<duration, error> kv_backing::fetch(std::span<const std::uint64_t> keys, std::vector<std::byte>& staging) {
+  staging.resize(keys.size() * block_bytes());
+  return get(keys, staging);
+}
 
 /**
  * A `kv_backing` in host memory: one `std::vector<std::byte>` and an FNV-1a
@@ -489,25 +547,18 @@ class host_backing final : public kv_backing {
 };
 
 /// Produces the KV bytes of one block (key, its tokens, output of block_bytes).
-/// A real store copies them from the server; the default synthesises bytes
-/// from the key, enough to exercise the store and its integrity checks.
+/// A real store copies them from the server. An empty source means stand-in
+/// bytes synthesised from the key (`kv_backing::put_synthetic`, where the
+/// backing keeps its bytes), enough to exercise a store and its integrity checks.
 using kv_block_source = std::function<void(std::uint64_t key, std::span<const token_id> tokens, std::span<std::byte> out)>;
-
-namespace detail {
-inline void synthetic_block(std::uint64_t key, std::span<const token_id>, std::span<std::byte> out) {
-  std::uint64_t x = key;
-  for (auto& b : out) {
-    x = block_mix(x + 0x9e3779b97f4a7c15ull);
-    b = static_cast<std::byte>(x & 0xffu);
-  }
-}
-}  // namespace detail
 
 /**
  * A store of real bytes: a `block_index` decides residency, a `kv_backing`
- * holds the bytes, and `lease` performs the batched fetch into a staging
- * buffer and reports its measured time. A fetch that fails its integrity
- * check drops the blocks involved and yields no lease (the fork recomputes).
+ * holds the bytes, and `lease` performs the batched fetch (`kv_backing::fetch`:
+ * into a host staging buffer, or into GPU memory for the GPU store) and
+ * reports its measured time. A fetch that fails its integrity check drops the
+ * blocks involved and yields no lease (the fork recomputes); blocks the
+ * backing drops on its own are forgotten at the next call.
  * Not copyable: it owns the backing's memory.
  *
  * @code
@@ -530,7 +581,7 @@ class backed_kv {
     friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
 
-  backed_kv(params p, std::unique_ptr<kv_backing> backing, kv_block_source source = detail::synthetic_block)
+  backed_kv(params p, std::unique_ptr<kv_backing> backing, kv_block_source source = {})
       : p_((detail::require_valid(p, "backed_kv"), p)),
         backing_(backing ? std::move(backing) : throw std::invalid_argument("backed_kv: the backing must not be null")),
         source_(std::move(source)),
@@ -543,10 +594,18 @@ class backed_kv {
   backed_kv& operator=(backed_kv&&) noexcept = default;
 
   void store(int owner, std::span<const token_id> prefix) {
+    forget_dropped();
     const auto keys = block_keys(prefix, p_.model.block_tokens);
     auto r = index_.insert(keys, owner);
     backing_->erase(r.evicted);
     if (r.inserted.empty()) return;
+    if (!source_) {
+      if (auto ok = backing_->put_synthetic(r.inserted); !ok) {
+        last_error_ = ok.error().message;
+        index_.erase(r.inserted);
+      }
+      return;
+    }
     // Inserted keys are not contiguous in general; gather their bytes into one batch.
     const std::size_t bb = backing_->block_bytes();
     std::vector<std::byte> batch(r.inserted.size() * bb);
@@ -562,12 +621,12 @@ class backed_kv {
   }
 
   [[nodiscard]] std::optional<kv_lease> lease(std::span<const token_id> prefix) {
+    forget_dropped();
     const auto keys = block_keys(prefix, p_.model.block_tokens);
     const std::size_t n = index_.match(keys);
     if (n == 0) return std::nullopt;
     const auto leased = std::span<const std::uint64_t>(keys).first(n);
-    staging_.resize(n * backing_->block_bytes());
-    auto took = backing_->get(leased, staging_);
+    auto took = backing_->fetch(leased, staging_);
     if (!took) {
       last_error_ = took.error().message;
       backing_->erase(index_.erase(leased));
@@ -577,9 +636,13 @@ class backed_kv {
     return kv_lease{.cached_tokens = n * std::uint64_t(p_.model.block_tokens), .fetch_time = *took, .handle = keys[n - 1]};
   }
 
-  void drop(int owner) { backing_->erase(index_.drop_owner(owner)); }
+  void drop(int owner) {
+    forget_dropped();
+    backing_->erase(index_.drop_owner(owner));
+  }
   /// Memory pressure: keep at most `bytes` of blocks.
   void shrink_to_bytes(std::uint64_t bytes) {
+    forget_dropped();
     backing_->shrink(bytes);
     backing_->erase(index_.shrink_to(capacity_blocks()));
   }
@@ -590,7 +653,8 @@ class backed_kv {
     return {{name(), {{"model", p_.model}, {"capacity_bytes", backing_->capacity_bytes()}}}};
   }
   [[nodiscard]] block_index_stats stats() const noexcept { return index_.stats(); }
-  /// The bytes of the last successful lease, in block order.
+  /// The bytes of the last successful lease, in block order (empty when the
+  /// backing fetches into memory other than the host's, as the GPU store does).
   [[nodiscard]] std::span<const std::byte> last_fetch() const noexcept { return staging_; }
   /// Why the last failed put or fetch failed ("" if none did).
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
@@ -600,6 +664,7 @@ class backed_kv {
   [[nodiscard]] std::size_t capacity_blocks() const {
     return static_cast<std::size_t>(backing_->capacity_bytes() / backing_->block_bytes());
   }
+  void forget_dropped() { index_.erase(backing_->take_dropped()); }
 
   params p_;
   std::unique_ptr<kv_backing> backing_;

@@ -102,6 +102,13 @@ struct gpu_pool::state {
       o.id = p.job.id;
       o.kind = p.job.kind;
       o.device = p.job.device;
+      if (!skip && config.before_job) {
+        const device_info& dev = slot.session->device();
+        try {
+          config.before_job(dev.index, job_working_set_bytes(*p.job.for_task, dev));
+        } catch (...) {  // advisory: a failing hook must not cost the job its device thread
+        }
+      }
       const auto t0 = clk::now();
       if (!skip) {
         if (p.job.kind == stage::validate) {
@@ -166,6 +173,20 @@ struct gpu_pool::state {
     });
   }
 };
+
+std::uint64_t job_working_set_bytes(const task& t, const device_info& d) {
+  std::vector<shape_binding> shapes = t.validation_shapes;
+  shapes.push_back(t.benchmark_shape);
+  std::uint64_t largest = 0;
+  for (const auto& shape : shapes) {
+    std::uint64_t sum = 0;
+    for (const auto* list : {&t.inputs, &t.outputs})
+      for (const auto& spec : *list)
+        if (auto b = tensor_bytes(spec, shape)) sum += *b;
+    largest = std::max(largest, sum);
+  }
+  return 2 * largest + 2 * static_cast<std::uint64_t>(std::max<std::int64_t>(d.l2_bytes, 0)) + (256ull << 20);
+}
 
 expected<std::unique_ptr<gpu_pool>, error> gpu_pool::create(executor& loop, pool_config config) {
   if (loop.is_virtual())

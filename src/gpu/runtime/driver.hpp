@@ -26,7 +26,11 @@ namespace gpu::detail {
   X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuCtxSynchronize) X(cuMemsetD8Async) X(cuMemcpyDtoDAsync)          \
   X(cuCtxResetPersistingL2Cache) X(cuDeviceGetPCIBusId) X(cuMemAllocHost) X(cuMemFreeHost)                     \
   X(cuMemHostRegister) X(cuMemHostUnregister)                                                                 \
-  X(cuStreamWaitValue32) X(cuMemHostGetDevicePointer)
+  X(cuStreamWaitValue32) X(cuMemHostGetDevicePointer)                                                        \
+  /* the GPU KV store (src/gpu/kv): memory of its own, streams, peer and IPC transfers */                      \
+  X(cuCtxGetCurrent) X(cuMemGetInfo) X(cuMemHostAlloc) X(cuStreamSynchronize) X(cuStreamWaitEvent)              \
+  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyPeerAsync) X(cuDeviceCanAccessPeer)                       \
+  X(cuCtxEnablePeerAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)
 
 struct driver_api {
 #define SPECGEN_CUDA_MEMBER(fn) decltype(&::fn) fn = nullptr;

@@ -6,6 +6,10 @@
 
 #include <chrono>
 #include <map>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 using namespace fixture;
 using namespace std::chrono_literals;
@@ -68,6 +72,34 @@ TEST_CASE("the pool runs compile, validate and profile jobs and posts them to th
   CHECK(st.busy_seconds[1] == Approx(to_seconds(out[3].busy + out[4].busy)));
   CHECK(st.compiles == 1);
   CHECK(st.cancelled == 0);
+}
+
+TEST_CASE("before_job runs on the device's thread before each validate and profile job, with its working set") {
+  event_loop<steady_clock> loop;
+  auto config = two_fake_devices();
+  std::mutex m;
+  std::vector<std::pair<int, std::uint64_t>> calls;
+  config.before_job = [&](int device, std::uint64_t bytes) {
+    std::lock_guard lock(m);
+    calls.emplace_back(device, bytes);
+    if (calls.size() == 1) throw std::runtime_error("an advisory hook may fail");
+  };
+  auto pool = gpu_pool::create(loop, config);
+  REQUIRE(pool);
+  std::map<job_id, eval_outcome> out;
+  auto record = [&](eval_outcome o) { out[o.id] = std::move(o); };
+  (*pool)->submit(job(1, stage::compile, -1, "good_add"), record);
+  (*pool)->submit(job(2, stage::validate, 1, "good_add"), record);
+  loop.run();
+  (*pool)->submit(job(3, stage::profile, 1, "good_add"), record);
+  loop.run();
+  REQUIRE(out.size() == 3);
+  CHECK(out[2].result.kind == verdict_kind::ok);  // the throwing hook cost nothing
+  REQUIRE(calls.size() == 2);                      // not for the compile
+  const auto want = job_working_set_bytes(sum_task(), (*pool)->device(1));
+  CHECK(calls[0] == std::pair<int, std::uint64_t>{1, want});
+  CHECK(calls[1] == std::pair<int, std::uint64_t>{1, want});
+  CHECK(want > (256ull << 20));
 }
 
 TEST_CASE("cancel drops a queued job and aborts a running one") {
