@@ -30,7 +30,7 @@ expected<void, error> check(const driver_api& api, CUresult r, std::string_view 
 #define SPECGEN_KV_TRY(...)                                        \
   do {                                                             \
     if (auto specgen_kv_r_ = (__VA_ARGS__); !specgen_kv_r_)        \
-      return ::specgen::unexpected(std::move(specgen_kv_r_.error())); \
+      return ::specgen::unexpected(specgen_kv_r_.error());         \
   } while (0)
 
 /// The CUDA C++ of the store's kernels (copy, checksum, fill, set).
