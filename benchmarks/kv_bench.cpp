@@ -114,13 +114,23 @@ class raw_stream {
 /// Pinned host memory. Not copyable: owns the allocation.
 class pinned {
  public:
-  explicit pinned(std::size_t bytes) { require(api().cuMemHostAlloc(&p_, std::max<std::size_t>(bytes, 16), CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc"); }
-  ~pinned() { api().cuMemFreeHost(p_); }
+  /// Allocated with `ctx` current (the driver needs a context); portable to every context.
+  pinned(CUcontext ctx, std::size_t bytes) : ctx_(ctx) {
+    kd::context_scope scope(api());
+    require(api().cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    require(api().cuMemHostAlloc(&p_, std::max<std::size_t>(bytes, 16), CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+  }
+  ~pinned() {
+    kd::context_scope scope(api());
+    api().cuCtxSetCurrent(ctx_);
+    api().cuMemFreeHost(p_);
+  }
   pinned(const pinned&) = delete;
   pinned& operator=(const pinned&) = delete;
   [[nodiscard]] std::byte* data() const noexcept { return static_cast<std::byte*>(p_); }
 
  private:
+  CUcontext ctx_ = nullptr;
   void* p_ = nullptr;
 };
 
@@ -233,7 +243,7 @@ int bench_bandwidth(const programs::args& a) {
       kd::stress_buffer dst(api(), r.dest, most * bb);
       raw_stream src(r.holder), to(r.dest);
       std::optional<pinned> bounce;
-      if (!r.peer && r.holder != r.dest) bounce.emplace(most * bb);
+      if (!r.peer && r.holder != r.dest) bounce.emplace(src.ctx(), most * bb);
       for (auto batch : batches) {
         if (batch > most) continue;
         const auto part = std::span(keys).first(batch);
