@@ -10,6 +10,7 @@
 // Stage times are wall times measured here, around the synchronous
 // device_session calls (steady_clock); the API reports no per-stage split.
 // Without a GPU every subcommand prints "no GPU: <reason>" and exits 0.
+#include "gpu_support.hpp"
 #include "support/args.hpp"
 #include "support/world.hpp"
 
@@ -64,14 +65,6 @@ double quantile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 double median(const std::vector<double>& v) { return quantile(v, 0.5); }
-
-/// The number of GPUs, or nothing after printing why there are none.
-std::optional<int> gpus_or_explain() {
-  auto n = gpu::device_count();
-  if (n && *n > 0) return *n;
-  fmt::print("no GPU: {}\n", n ? "the driver reports no devices" : n.error().message);
-  return std::nullopt;
-}
 
 /// A fresh directory for a cold compile cache, removed at the end.
 struct temp_dir {
@@ -146,14 +139,6 @@ std::unique_ptr<gpu::device_session> open_session(const gpu::session_config& c) 
 
 nlohmann::json device_json(const gpu::device_info& d, int gpus) {
   return {{"name", d.name}, {"arch", d.arch}, {"index", d.index}, {"visible_gpus", gpus}};
-}
-
-void write_json(const programs::args& a, const nlohmann::json& j) {
-  if (!a.has("json")) return;
-  std::ofstream f(a.get("json"));
-  f << j.dump(2) << '\n';
-  if (!f) throw std::runtime_error(fmt::format("cannot write {}", a.get("json")));
-  fmt::print("wrote {}\n", a.get("json"));
 }
 
 std::string verdict_text(const verdict& v) {

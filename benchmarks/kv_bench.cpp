@@ -12,6 +12,7 @@
 // Every time is the host clock from the first enqueue to the completion of
 // the last copy (what a fork waits), median of --reps after one warm-up.
 // Nothing here asserts a number; without a GPU each prints "no GPU: <reason>".
+#include "gpu_support.hpp"
 #include "support/args.hpp"
 
 #include "device.hpp"  // src/gpu/kv: the driver, contexts
@@ -41,26 +42,16 @@ namespace {
 namespace kd = gpu::kv_detail;
 using steady = std::chrono::steady_clock;
 
-/// The number of GPUs, or nothing after printing why none can be used.
-std::optional<int> gpus_or_explain() {
-  auto n = gpu::device_count();
-  if (!n || *n == 0) {
-    fmt::print("no GPU: {}\n", n ? "the driver reports no devices" : n.error().message);
-    return std::nullopt;
-  }
+/// The number of GPUs, or nothing after printing why none can be used (the
+/// store compiles its kernels with NVRTC, so it is needed too).
+std::optional<int> store_gpus_or_explain() {
+  const auto n = gpus_or_explain();
+  if (!n) return n;
   if (const auto& nv = gpu::detail::load_nvrtc(); !nv) {
     fmt::print("no GPU: {}\n", nv.error().message);
     return std::nullopt;
   }
-  return *n;
-}
-
-void write_json(const programs::args& a, const nlohmann::json& j) {
-  if (!a.has("json")) return;
-  std::ofstream f(a.get("json"));
-  f << j.dump(2) << '\n';
-  if (!f) throw std::runtime_error(fmt::format("cannot write {}", a.get("json")));
-  fmt::print("wrote {}\n", a.get("json"));
+  return n;
 }
 
 double median(std::vector<double> v) {
@@ -216,7 +207,7 @@ std::vector<std::size_t> numbers(const programs::args& a, const std::string& nam
 // ---- kv-bandwidth ------------------------------------------------------------------------
 
 int bench_bandwidth(const programs::args& a) {
-  const auto n = gpus_or_explain();
+  const auto n = store_gpus_or_explain();
   if (!n) return 0;
   const int ga = a.number<int>("device", 0), gb = a.number<int>("peer-device", *n >= 2 ? 1 : 0);
   const auto block_kib = numbers(a, "block-kib", {64, 256, 1024, 4096});
@@ -277,7 +268,7 @@ int bench_bandwidth(const programs::args& a) {
 // ---- kv-prefix -----------------------------------------------------------------------------
 
 int bench_prefix(const programs::args& a) {
-  const auto n = gpus_or_explain();
+  const auto n = store_gpus_or_explain();
   if (!n) return 0;
   const std::uint64_t tokens = a.number<std::uint64_t>("tokens", 16384);
   const int reps = a.number<int>("reps", 5);
@@ -343,7 +334,7 @@ int bench_prefix(const programs::args& a) {
 // ---- kv-stress -----------------------------------------------------------------------------
 
 int bench_stress(const programs::args& a) {
-  const auto n = gpus_or_explain();
+  const auto n = store_gpus_or_explain();
   if (!n) return 0;
   const std::size_t bb = a.number<std::size_t>("block-kib", 64) << 10;
   std::vector<int> devices{0};

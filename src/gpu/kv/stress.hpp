@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -123,6 +124,19 @@ inline stress_result run_stress(kv_store& store, const stress_config& c) {
       const auto keys = stress_chain(family, blocks);
       const std::span<std::byte> out(host.data(), keys.size() * bb);
       const int op = static_cast<int>(rng() % 20);
+      // A fetch's outcome: its bytes compared, or why there were none.
+      auto tally = [&](const std::optional<error>& failed, const char* what) {
+        if (!failed) {
+          r.fetched_blocks += keys.size();
+          r.corrupted += count_corrupted(keys, out, bb);
+        } else if (failed->message.find("checksum") != std::string::npos) {
+          ++r.checksum_failures;
+        } else if (failed->message.find("not stored") != std::string::npos) {
+          ++r.missing;
+        } else {
+          note(r, std::string(what) + ": " + failed->message);
+        }
+      };
       if (op < 7) {
         ++r.puts;
         if (auto ok = store.put_synthetic(keys); !ok) note(r, "put: " + ok.error().message);
@@ -130,29 +144,12 @@ inline stress_result run_stress(kv_store& store, const stress_config& c) {
         const std::size_t which = rng() % devices.size();
         auto t = store.fetch_to(keys, devices[which], buffers[which]->address());
         ++r.fetches;
-        if (t) {
-          if (!buffers[which]->read(out)) note(r, "reading a fetched buffer back failed");
-          r.fetched_blocks += keys.size();
-          r.corrupted += count_corrupted(keys, out, bb);
-        } else if (t.error().message.find("checksum") != std::string::npos) {
-          ++r.checksum_failures;
-        } else if (t.error().message.find("not stored") != std::string::npos) {
-          ++r.missing;
-        } else {
-          note(r, "fetch_to: " + t.error().message);
-        }
+        if (t && !buffers[which]->read(out)) note(r, "reading a fetched buffer back failed");
+        tally(t ? std::optional<error>() : t.error(), "fetch_to");
       } else if (op < 16) {
         ++r.gets;
-        if (auto t = store.get(keys, out)) {
-          r.fetched_blocks += keys.size();
-          r.corrupted += count_corrupted(keys, out, bb);
-        } else if (t.error().message.find("checksum") != std::string::npos) {
-          ++r.checksum_failures;
-        } else if (t.error().message.find("not stored") != std::string::npos) {
-          ++r.missing;
-        } else {
-          note(r, "get: " + t.error().message);
-        }
+        auto t = store.get(keys, out);
+        tally(t ? std::optional<error>() : t.error(), "get");
       } else if (op < 18) {
         ++r.erases;
         store.erase(std::span(keys).subspan(keys.size() / 2));  // a chain's tail, as an LRU would
