@@ -21,6 +21,7 @@
 #endif
 #include <specgen/cost_table.hpp>
 #include <specgen/engine.hpp>
+#include <specgen/journal.hpp>
 #include <specgen/modes.hpp>
 #include <specgen/replay/replay_model.hpp>
 #include <specgen/replay/trace_gen.hpp>
@@ -772,7 +773,14 @@ int bench_e2e_live(const programs::args& a) {
 #endif
     auto pool = gpu::gpu_pool::create(loop, pc);
     if (!pool) throw std::runtime_error(fmt::format("cannot start the GPU pool: {}", pool.error().message));
-    engine eng(loop, model, **pool, config());
+    // --journal-dir: each live mode's journal (every candidate, verdict, fork
+    // and termination with its time), to see afterwards where a mode's time went.
+    std::unique_ptr<journal_writer> journal;
+    if (a.has("journal-dir")) {
+      std::filesystem::create_directories(a.get("journal-dir"));
+      journal = std::make_unique<journal_writer>(std::filesystem::path(a.get("journal-dir")) / (mode + ".jsonl"), false);
+    }
+    engine eng(loop, model, **pool, config(), journal.get());
 #ifdef SPECGEN_BENCH_KV
     const auto store_used = std::exchange(live_kv, nullptr);  // the next mode's virtual run keeps the modelled policy
 #endif
@@ -822,7 +830,7 @@ int run_gpu_bench(int argc, char** argv) {
   const std::string_view cmd = argv[1];
   const programs::args a(argc, argv,
                          {"json", "tasks", "task", "reps", "runs", "device", "suite", "table", "corpus", "live-tasks",
-                          "rounds", "target", "modes", "max-seconds", "kv"},
+                          "rounds", "target", "modes", "max-seconds", "kv", "journal-dir"},
                          {"help", "hardware-metrics"}, 2);
   if (cmd == "gpu-latency") return bench_latency(a);
   if (cmd == "gpu-spread") return bench_spread(a);

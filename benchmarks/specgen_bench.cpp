@@ -82,6 +82,7 @@ kv-* options (the GPU KV store, docs/kv-store.md; "no GPU: <reason>" and exit 0 
   --tokens N           kv-prefix: the prefix length (default 16384: 4 GiB of a 32B-class model)
   --threads N, --iterations N, --seed N   kv-stress (default 4 x 2000); --block-kib N (default 64)
   --verify             checksum every block (kv-bandwidth, kv-prefix; kv-stress always does)
+  --journal-dir DIR    write each live mode's journal there (<mode>.jsonl)
   --json FILE          write the JSON results
 openai-client options (the OpenAI backend against a local vLLM stand-in):
   --streams N, --rate TOKENS_PER_S, --seconds S (default 64 x 100 for 10 s),
