@@ -794,9 +794,13 @@ int bench_e2e_live(const programs::args& a) {
       out["live"][mode]["kv_store"] = {{"fetches", st.fetches},         {"fetched_bytes", st.fetched_bytes},
                                        {"put_blocks", st.put_blocks},   {"demoted", st.demoted},
                                        {"dropped", st.dropped},         {"slabs_freed", st.slabs_freed},
-                                       {"corrupt", st.corrupt}};
-      fmt::print("{:<12} GPU KV store: {} fetches, {:.1f} GiB fetched, {} blocks put, {} slabs released for jobs\n", mode,
-                 st.fetches, static_cast<double>(st.fetched_bytes) / (1ull << 30), st.put_blocks, st.slabs_freed);
+                                       {"corrupt", st.corrupt},         {"caller_seconds", st.caller_seconds},
+                                       {"caller_max_seconds", st.caller_max_seconds},
+                                       {"make_room_seconds", st.make_room_seconds}};
+      fmt::print("{:<12} GPU KV store: {} fetches, {:.1f} GiB fetched, {} blocks put, {} slabs released for jobs; "
+                 "the engine's thread spent {:.2f} s in the store (longest call {:.3f} s), make_room {:.2f} s\n",
+                 mode, st.fetches, static_cast<double>(st.fetched_bytes) / (1ull << 30), st.put_blocks, st.slabs_freed,
+                 st.caller_seconds, st.caller_max_seconds, st.make_room_seconds);
     }
 #endif
     fmt::print("{:<12} live: {:7.1f} s, {:3} profiled, utilisation {:5.1f}%, best {:.2f}x | virtual: {:7.1f} s, {:3} "

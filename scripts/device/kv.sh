@@ -12,7 +12,8 @@
 # benchmark table), tests.log, kv.json (every benchmark's JSON under one
 # object) and raw.tgz (the individual logs and JSON files).
 # --e2e also runs the live ablation step `e2e-live --modes +priority,+kv --kv gpu`
-# on one task and one round (several minutes more; not counted above).
+# on four tasks and two rounds, with each mode's journal (about 6 minutes more on
+# one H200; not counted above).
 set -uo pipefail
 build=$(cd "${1:?usage: kv.sh BUILD_DIR OUT_DIR [--e2e]}" && pwd)
 out=${2:?usage: kv.sh BUILD_DIR OUT_DIR [--e2e]}
@@ -57,7 +58,8 @@ else
 fi
 if [[ " $* " == *" --e2e "* ]]; then
   (cd "$repo" && CUDA_VISIBLE_DEVICES=$( ((gpus >= 2)) && echo 0,1 || echo 0) timeout 900 "$bench" e2e-live \
-     --modes +priority,+kv --kv gpu --live-tasks 1 --rounds 1 --json "$raw/e2e-live-kv.json") > "$raw/e2e-live-kv.txt" 2>&1 || rc=1
+     --modes +priority,+kv --kv gpu --live-tasks 4 --rounds 2 --journal-dir "$raw/journals" \
+     --json "$raw/e2e-live-kv.json") > "$raw/e2e-live-kv.txt" 2>&1 || rc=1
   cat "$raw/e2e-live-kv.txt" >> "$raw/bench.txt"
 fi
 

@@ -123,6 +123,11 @@ struct kv_store_stats {
   std::uint64_t slabs_freed = 0;  ///< device slabs released (memory pressure, a lower capacity)
   std::uint64_t peer_copies = 0;  ///< GPU-to-GPU copies issued
   std::uint64_t host_copies = 0;  ///< copies through pinned host memory issued (no peer access)
+  /// Wall time callers spent inside put, fetch, get and erase (lock waits
+  /// included): how long the engine's thread was held by the store.
+  double caller_seconds = 0;
+  double caller_max_seconds = 0;   ///< the longest such call
+  double make_room_seconds = 0;    ///< the same for make_room (the pool's device threads)
   friend bool operator==(const kv_store_stats&, const kv_store_stats&) = default;
 };
 

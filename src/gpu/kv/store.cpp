@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -158,6 +159,9 @@ struct kv_store_state {
   kv_store_stats stats;
   std::string broken;
   mutable std::mutex mutex;
+  // Time callers spent in the store's calls; atomics, because they are added
+  // after the lock is released (its wait counts too).
+  std::atomic<std::uint64_t> caller_ns{0}, caller_max_ns{0}, make_room_ns{0};
 
   // ---- devices and memory ----------------------------------------------------------------
   expected<kv_device*, error> device(int ordinal) {
@@ -825,6 +829,32 @@ using detail::kv_store_state;
 using kv_detail::context_scope;
 using kv_detail::host_tier;
 
+namespace {
+/// Adds the wall time from its construction (before the store's lock is
+/// taken) to its end to `total` and keeps the largest in `most`. Not
+/// copyable: one measurement per call.
+class call_timer {
+ public:
+  call_timer(std::atomic<std::uint64_t>& total, std::atomic<std::uint64_t>* most = nullptr)
+      : total_(total), most_(most), start_(std::chrono::steady_clock::now()) {}
+  ~call_timer() {
+    const auto ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+    total_ += ns;
+    if (!most_) return;
+    for (auto seen = most_->load(); ns > seen && !most_->compare_exchange_weak(seen, ns);) {
+    }
+  }
+  call_timer(const call_timer&) = delete;
+  call_timer& operator=(const call_timer&) = delete;
+
+ private:
+  std::atomic<std::uint64_t>& total_;
+  std::atomic<std::uint64_t>* most_;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace
+
 expected<std::shared_ptr<kv_store>, error> kv_store::create(kv_store_config config) {
   if (auto why = config.invalid(); !why.empty()) return unexpected(error{"kv_store: " + why});
   const auto& api = gpu::detail::load_driver();
@@ -859,6 +889,7 @@ std::uint64_t kv_store::capacity_bytes() const noexcept {
 }
 
 expected<void, error> kv_store::put(std::span<const std::uint64_t> keys, std::span<const std::byte> bytes) {
+  call_timer timed(state_->caller_ns, &state_->caller_max_ns);
   if (bytes.size() != keys.size() * state_->bb)
     return unexpected(error{fmt::format("kv_store: put of {} blocks needs {} bytes, got {}", keys.size(), keys.size() * state_->bb, bytes.size())});
   std::lock_guard lock(state_->mutex);
@@ -867,12 +898,14 @@ expected<void, error> kv_store::put(std::span<const std::uint64_t> keys, std::sp
 }
 
 expected<void, error> kv_store::put_synthetic(std::span<const std::uint64_t> keys) {
+  call_timer timed(state_->caller_ns, &state_->caller_max_ns);
   std::lock_guard lock(state_->mutex);
   context_scope scope(state_->api);
   return state_->put(keys, {.kind = detail::put_kind::synthetic, .host = nullptr, .dev = nullptr, .address = 0});
 }
 
 expected<void, error> kv_store::put_from_device(std::span<const std::uint64_t> keys, int device, std::uint64_t address) {
+  call_timer timed(state_->caller_ns, &state_->caller_max_ns);
   if (address % 16 != 0) return unexpected(error{"kv_store: put_from_device needs a 16-byte aligned address"});
   std::lock_guard lock(state_->mutex);
   context_scope scope(state_->api);
@@ -882,6 +915,7 @@ expected<void, error> kv_store::put_from_device(std::span<const std::uint64_t> k
 }
 
 expected<duration, error> kv_store::get(std::span<const std::uint64_t> keys, std::span<std::byte> out) {
+  call_timer timed(state_->caller_ns, &state_->caller_max_ns);
   if (out.size() != keys.size() * state_->bb)
     return unexpected(error{fmt::format("kv_store: get of {} blocks needs {} bytes, got {}", keys.size(), keys.size() * state_->bb, out.size())});
   std::lock_guard lock(state_->mutex);
@@ -892,6 +926,7 @@ expected<duration, error> kv_store::get(std::span<const std::uint64_t> keys, std
 }
 
 expected<duration, error> kv_store::fetch(std::span<const std::uint64_t> keys, std::vector<std::byte>& staging) {
+  call_timer timed(state_->caller_ns, &state_->caller_max_ns);
   std::lock_guard lock(state_->mutex);
   context_scope scope(state_->api);
   auto& s = *state_;
@@ -913,6 +948,7 @@ expected<duration, error> kv_store::fetch(std::span<const std::uint64_t> keys, s
 }
 
 expected<kv_transfer, error> kv_store::fetch_to(std::span<const std::uint64_t> keys, int device, std::uint64_t address) {
+  call_timer timed(state_->caller_ns, &state_->caller_max_ns);
   if (address % 16 != 0) return unexpected(error{"kv_store: fetch_to needs a 16-byte aligned address"});
   std::lock_guard lock(state_->mutex);
   context_scope scope(state_->api);
@@ -924,6 +960,7 @@ expected<kv_transfer, error> kv_store::fetch_to(std::span<const std::uint64_t> k
 }
 
 void kv_store::erase(std::span<const std::uint64_t> keys) {
+  call_timer timed(state_->caller_ns, &state_->caller_max_ns);
   std::lock_guard lock(state_->mutex);
   for (auto k : keys) state_->blocks.remove(k);
 }
@@ -966,6 +1003,7 @@ std::uint64_t kv_store::shrink(std::uint64_t bytes) {
 }
 
 std::uint64_t kv_store::make_room(int device, std::uint64_t bytes) {
+  call_timer timed(state_->make_room_ns);
   std::lock_guard lock(state_->mutex);
   context_scope scope(state_->api);
   auto& s = *state_;
@@ -1079,6 +1117,9 @@ kv_store_stats kv_store::stats() const {
   }
   st.host_blocks = state_->blocks.blocks(host_tier);
   st.host_bytes = state_->host_allocated;
+  st.caller_seconds = static_cast<double>(state_->caller_ns.load()) / 1e9;
+  st.caller_max_seconds = static_cast<double>(state_->caller_max_ns.load()) / 1e9;
+  st.make_room_seconds = static_cast<double>(state_->make_room_ns.load()) / 1e9;
   return st;
 }
 
