@@ -177,12 +177,15 @@ int bench_e2e(const programs::args& a) {
   programs::corpus_choice cc;
   cc.dir = programs::corpus_dir(a.has("corpus") ? std::optional<std::string>(a.get("corpus")) : std::nullopt);
   // Rounds: --rounds, else what a loaded corpus recorded (the suite: 3), else 20.
-  int rounds = a.number<int>("rounds", 20);
-  if (cc.dir && !a.has("rounds")) {
-    auto probe = programs::load_or_generate(cc);
-    if (!probe) throw std::invalid_argument(probe.error().message);
-    rounds = programs::recorded_rounds(*probe);
+  // A loaded corpus is the same for every seed: read once. A procedural one is generated per seed.
+  std::optional<replay::corpus> loaded;
+  if (cc.dir) {
+    auto c = programs::load_or_generate(cc);
+    if (!c) throw std::invalid_argument(c.error().message);
+    loaded = std::move(*c);
   }
+  int rounds = a.number<int>("rounds", 20);
+  if (loaded && !a.has("rounds")) rounds = programs::recorded_rounds(*loaded);
   const int seeds = a.number<int>("seeds", cc.dir ? 1 : 3);
   const double target = a.number<double>("target", 2.0);
   const bool equal_time = std::find(modes.begin(), modes.end(), "sequential") != modes.end() && !a.has("no-equal-time");
@@ -221,7 +224,7 @@ int bench_e2e(const programs::args& a) {
   };
   for (int k = 0; k < seeds; ++k) {
     cc.seed = corpus_seed + static_cast<std::uint64_t>(k);
-    auto corpus = programs::load_or_generate(cc);
+    auto corpus = loaded ? expected<replay::corpus, error>(*loaded) : programs::load_or_generate(cc);
     if (!corpus) throw std::invalid_argument(corpus.error().message);
     tasks_total += static_cast<int>(corpus->tasks.size());
     const std::uint64_t seed = run_seed + static_cast<std::uint64_t>(k);
