@@ -723,18 +723,22 @@ int bench_e2e_live(const programs::args& a) {
   };
   if (a.has("kv") && a.get("kv") != "gpu" && a.get("kv") != "modelled")
     throw std::invalid_argument(fmt::format("--kv: 'gpu' or 'modelled', got '{}'", a.get("kv")));
+  // --kv: with the replay default (the server's prefix cache covers every
+  // prefix) a lease saves nothing; like `e2e`, leave the server a quarter of
+  // it, in the live and the virtual runs of every mode alike.
+  const double kv_prefix_hit = 0.25;
+  if (a.has("kv")) {
+    rp.server_prefix_hit = kv_prefix_hit;
+    out["server_prefix_hit"] = kv_prefix_hit;
+    out["kv"] = a.get("kv");
+  }
 #ifdef SPECGEN_BENCH_KV
   // --kv gpu: in the live runs a mode's KV policy (the +kv step) becomes the
   // real GPU store (docs/kv-store.md), and the pool makes room in it before
-  // each job; the virtual runs keep the modelled one.
+  // each job; the virtual runs keep the modelled one. --kv modelled keeps the
+  // modelled policy live too: the control for the store's own cost.
   const bool kv_gpu = a.get("kv") == "gpu";
   std::shared_ptr<gpu::kv_store> live_kv;  // set while a live run's config is built
-  out["kv"] = kv_gpu ? "gpu" : "modelled";
-  // With the replay default (the server's prefix cache covers every prefix) a
-  // lease saves nothing; like `e2e`, leave the server a quarter of it.
-  const double kv_prefix_hit = 0.25;
-  if (kv_gpu) rp.server_prefix_hit = kv_prefix_hit;
-  if (kv_gpu) out["server_prefix_hit"] = kv_prefix_hit;
 #else
   if (a.get("kv") == "gpu") throw std::invalid_argument("--kv gpu: specgen-bench was built without the GPU KV store");
 #endif
@@ -751,9 +755,7 @@ int bench_e2e_live(const programs::args& a) {
     // Virtual time, simulated device answering from the measured cost table.
     programs::run_options o;
     o.sim.devices = *gpus;
-#ifdef SPECGEN_BENCH_KV
-    if (kv_gpu) o.replay.server_prefix_hit = kv_prefix_hit;  // the virtual run as the live one
-#endif
+    if (a.has("kv")) o.replay.server_prefix_hit = kv_prefix_hit;  // the virtual run as the live one
     auto v = programs::run_corpus<virtual_clock>(*corpus, config(), o);
     if (!v) throw std::runtime_error(fmt::format("{} (virtual): {}", mode, v.error().message));
     out["virtual"][mode] = summary(*v);
