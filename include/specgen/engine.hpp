@@ -233,6 +233,7 @@ class engine final : private stream_sink {
     std::uint64_t last_fork_tokens = 0;
     int forks_this_round = 0;
     int forks_in_flight = 0;
+    int barren_forks = 0;  ///< trigger_context::barren_forks
     timestamp began{0};
   };
   struct fork_rt {
@@ -242,6 +243,7 @@ class engine final : private stream_sink {
     std::vector<std::string> texts;
     std::vector<bool> ended;
     int open = 0;
+    bool fresh = false;  ///< a sample yielded a kernel not seen before
     timestamp began{0};
   };
   struct search_rt {
@@ -315,7 +317,8 @@ class engine final : private stream_sink {
   static std::string track_group(const search_rt& s) { return fmt::format("search {} ({})", s.index, s.t->name); }
 
   // ---- candidates -------------------------------------------------------------
-  void add_candidate(search_rt& s, provenance prov, std::string text);
+  /// True when the text held a kernel not seen before in this run (one that goes to evaluation).
+  bool add_candidate(search_rt& s, provenance prov, std::string text);
   void enqueue_stage(search_rt& s, std::size_t idx, stage st);
   void on_stage_done(int search, std::size_t idx, eval_outcome o);
   void finalize(search_rt& s, std::size_t idx, evaluation e, bool reused);
@@ -524,7 +527,8 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                             .profiling_queue = sched_.queued(stage::profile),
                             .forks_in_flight = l.forks_in_flight,
                             .tokens_since_fork = l.reasoning_tokens - l.last_fork_tokens,
-                            .forks_this_round = l.forks_this_round};
+                            .forks_this_round = l.forks_this_round,
+                            .barren_forks = l.barren_forks};
   const stream_view view{.text = l.reasoning, .new_from = new_from, .tokens = l.reasoning_tokens};
   auto fire = l.trig->on_chunk(view, ctx);
   if (!fire) return;
@@ -599,15 +603,18 @@ void engine<B, E, C>::on_end(const stream_end& e) {
                      .prefix_tokens = f.prefix_tokens, .sample = e.sample, .parents = {}};
         if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size())
           p.parents = s.lanes[static_cast<std::size_t>(f.lane)].parents;
-        add_candidate(s, std::move(p), std::move(f.texts[k]));
+        f.fresh = add_candidate(s, std::move(p), std::move(f.texts[k])) || f.fresh;
       }
     }
     if (f.open == 0) {
       if (timeline_)
         timeline_->span(track_group(s), fmt::format("lane {} forks", f.lane),
                         "fork: " + f.trigger, f.began, loop_.now(), {{"prefix_tokens", f.prefix_tokens}});
-      if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size())
-        --s.lanes[static_cast<std::size_t>(f.lane)].forks_in_flight;
+      if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size()) {
+        auto& fl = s.lanes[static_cast<std::size_t>(f.lane)];
+        --fl.forks_in_flight;
+        fl.barren_forks = f.fresh ? 0 : fl.barren_forks + 1;
+      }
       s.forks.erase(e.id);
       forks_.erase(fit);
       owners_.erase(it);
@@ -659,14 +666,14 @@ void engine<B, E, C>::terminate_lane(search_rt& s, lane_rt& l, candidate_id beca
 // ---- candidates ---------------------------------------------------------------
 
 template <backend B, evaluator E, clock C>
-void engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string text) {
+bool engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string text) {
   extract_options opt;
   opt.allow_inline_code = cfg_.extract_inline_code && prov.from == origin::fork;
   auto ex = extract_candidate(text, opt);
   if (!ex) {
     ++s.res.extract_failures;
     if (journal_) journal_->write_extract_failed(loop_.now(), prov, ex.error().message);
-    return;
+    return false;
   }
   auto c = std::make_shared<candidate>();
   c->id = next_id_++;
@@ -690,8 +697,9 @@ void engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string t
     e.id = c->id;
     loop_.after(duration{0}, [this, sp = &s, idx, e] { finalize(*sp, idx, e, true); });
     ++s.in_flight;
-    return;
+    return false;
   }
+  bool fresh = false;
   if (auto f = first_seen_.find(h); f != first_seen_.end()) {
     const auto& [si, ri] = f->second;
     const auto& prev = searches_[static_cast<std::size_t>(si)]->records[ri];
@@ -701,13 +709,15 @@ void engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string t
       e.id = c->id;
       loop_.after(duration{0}, [this, sp = &s, idx, e] { finalize(*sp, idx, e, true); });
       ++s.in_flight;
-      return;
+      return false;
     }
   } else {
     first_seen_.emplace(h, std::pair{s.index, idx});
+    fresh = true;
   }
   ++s.in_flight;
   enqueue_stage(s, idx, stage::compile);
+  return fresh;
 }
 
 template <backend B, evaluator E, clock C>

@@ -14,13 +14,28 @@ const history_view some{history};
 
 TEST_CASE("beats_mean stops when the new kernel is faster than the history's mean") {
   const termination::beats_mean t;
-  CHECK(t.should_stop(some, 1.21));
+  CHECK(t.should_stop(some, 1.22));
   CHECK_FALSE(t.should_stop(some, 1.2));  // equal is not better
   CHECK_FALSE(t.should_stop(some, 0.9));
 }
 
+TEST_CASE("beats_mean and best_so_far ignore gains within the profiler's noise (min_gain)") {
+  // Two measurements of equally fast kernels differ by noise; 1% by default must be beaten.
+  CHECK_FALSE(termination::beats_mean{}.should_stop(some, 1.2 * 1.009));
+  CHECK(termination::beats_mean{}.should_stop(some, 1.2 * 1.011));
+  CHECK_FALSE(termination::best_so_far{}.should_stop(some, 1.6 * 1.009));
+  CHECK(termination::best_so_far{}.should_stop(some, 1.6 * 1.011));
+  CHECK_FALSE(termination::beats_mean{}.should_stop(none, 1.005));  // the baseline too
+  // The twin measured 0.04% apart: stopped without a margin, not with one.
+  const std::vector<double> twin{0.42817};
+  CHECK(termination::beats_mean{.min_gain = 0}.should_stop({twin}, 0.42834));
+  CHECK_FALSE(termination::beats_mean{}.should_stop({twin}, 0.42834));
+  CHECK(termination::beats_mean{.min_gain = 0.10}.should_stop(some, 1.33));
+  CHECK_FALSE(termination::beats_mean{.min_gain = 0.10}.should_stop(some, 1.31));
+}
+
 TEST_CASE("beats_mean with an empty history compares against the baseline threshold") {
-  CHECK(termination::beats_mean{}.should_stop(none, 1.01));
+  CHECK(termination::beats_mean{}.should_stop(none, 1.02));
   CHECK_FALSE(termination::beats_mean{}.should_stop(none, 1.0));
   CHECK_FALSE(termination::beats_mean{.empty_threshold = 2.0}.should_stop(none, 1.5));
   CHECK(termination::beats_mean{.empty_threshold = 0.0}.should_stop(none, 0.3));  // any valid kernel
@@ -33,7 +48,7 @@ TEST_CASE("first_valid stops on any profiled kernel, history or not") {
 
 TEST_CASE("best_so_far stops only when the new kernel beats every earlier one") {
   const termination::best_so_far t;
-  CHECK(t.should_stop(some, 1.61));
+  CHECK(t.should_stop(some, 1.63));
   CHECK_FALSE(t.should_stop(some, 1.5));  // beats the mean, not the best
   CHECK(t.should_stop(none, 1.1));
   CHECK_FALSE(t.should_stop(none, 0.9));
@@ -63,7 +78,7 @@ TEST_CASE("the default termination is beats_mean") {
 
 TEST_CASE("termination configs round-trip through JSON") {
   const std::vector<any_termination> all{
-      termination::beats_mean{.empty_threshold = 1.5}, termination::first_valid{}, termination::best_so_far{},
+      termination::beats_mean{.empty_threshold = 1.5, .min_gain = 0.03}, termination::first_valid{}, termination::best_so_far{},
       termination::never{}, termination::reaches_target{.target = 4.0},
       termination::any_of{termination::beats_mean{}, termination::reaches_target{.target = 2.5}}};
   for (const auto& t : all) {
@@ -91,6 +106,8 @@ TEST_CASE("make_termination rejects bad configs with messages that say what to f
   CHECK_THAT(message(R"({"reaches_target": {"target": -1}})"), Contains("target must be a positive number"));
   CHECK_THAT(message(R"({"reaches_target": {"goal": 2}})"), Contains("unknown parameter 'goal'") && Contains("target"));
   CHECK_THAT(message(R"({"beats_mean": {"empty_threshold": "one"}})"), Contains("empty_threshold") && Contains("number"));
+  CHECK_THAT(message(R"({"beats_mean": {"min_gain": -0.01}})"), Contains("min_gain must be a finite fraction >= 0"));
+  CHECK_THAT(message(R"({"best_so_far": {"min_gain": -1}})"), Contains("min_gain"));
   CHECK_THAT(message(R"({"first_valid": {"x": 1}})"), Contains("unknown parameter 'x'"));
   CHECK_THAT(message(R"({"any_of": []})"), Contains("non-empty array"));
   CHECK_THAT(message(R"({"any_of": ["never", "nope"]})"), Contains("any_of[1]"));

@@ -332,6 +332,7 @@ TEST_CASE("the default trigger is the paper's set: text triggers behind one gate
   CHECK(text["gate"]["max_forks_per_round"] == 24);
   REQUIRE(idle.contains("idle_resources"));
   CHECK(idle["idle_resources"]["samples"] == 3);
+  CHECK(idle["idle_resources"]["max_backoff"] == 3);  // 128 tokens apart, up to 1024 after barren forks
   CHECK(idle["gate"]["min_gap_tokens"] == 0);  // idle GPUs are refilled without waiting for design text
   CHECK(idle["gate"]["max_validation_queue"] == 16);
   // The configuration rebuilds the same trigger.
@@ -427,4 +428,24 @@ TEST_CASE("idle_resources refills an idle pool only while few of the stream's fo
   CHECK_FALSE(tick(200, 1, 0, 0));  // within min_tokens of the last fire
   CHECK(tick(260, 1, 0, 0));
   CHECK_FALSE(make_trigger(nlohmann::json::parse(R"({"idle_resources": {"max_in_flight": 0}})")));
+}
+
+TEST_CASE("idle_resources backs off after barren forks and returns to its spacing after a fruitful one") {
+  triggers::idle_resources t{{.samples = 3, .min_tokens = 100, .max_backoff = 2}};
+  auto at = [&](std::uint64_t tokens, int barren) {
+    return t.on_chunk({.tokens = tokens}, {.idle_validation = 1, .barren_forks = barren}).has_value();
+  };
+  CHECK(at(100, 0));
+  CHECK_FALSE(at(250, 1));  // one barren fork: 200 tokens apart
+  CHECK(at(300, 1));
+  CHECK_FALSE(at(650, 2));  // two: 400
+  CHECK(at(700, 2));
+  CHECK_FALSE(at(1050, 5));  // capped at 2 doublings: 400
+  CHECK(at(1100, 5));
+  CHECK(at(1200, 0));  // a fork yielded a new kernel: back to 100
+  triggers::idle_resources fixed{{.min_tokens = 100}};  // max_backoff 0: barren forks change nothing
+  CHECK(fixed.on_chunk({.tokens = 100}, {.idle_validation = 1, .barren_forks = 7}));
+  CHECK(fixed.on_chunk({.tokens = 200}, {.idle_validation = 1, .barren_forks = 7}));
+  CHECK_FALSE(make_trigger(nlohmann::json::parse(R"({"idle_resources": {"max_backoff": -1}})")));
+  CHECK_FALSE(make_trigger(nlohmann::json::parse(R"({"idle_resources": {"max_backoff": 40}})")));
 }
