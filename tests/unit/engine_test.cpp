@@ -423,3 +423,54 @@ TEST_CASE("a backend that reports token counts without ids forks where one with 
   }
   CHECK(forks > 0);
 }
+
+namespace {
+/// Forks one sample every 64 reasoning tokens while none of its stream's forks
+/// is generating, and records `barren_forks` at each fire, per trigger
+/// instance (the engine copies the trigger for every lane and round).
+struct barren_probe {
+  struct log {
+    int instances = 0;
+    std::map<int, std::vector<int>> fires;  ///< instance -> barren_forks at each fire
+  };
+  std::shared_ptr<log> out = std::make_shared<log>();
+  int instance = -1;
+  std::uint64_t last = 0;
+
+  std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) {
+    if (c.forks_in_flight > 0 || v.tokens < last + 64) return std::nullopt;
+    if (instance < 0) instance = out->instances++;
+    last = v.tokens;
+    out->fires[instance].push_back(c.barren_forks);
+    return trigger_fire{"probe", 1};
+  }
+  std::string name() const { return "probe"; }
+};
+}  // namespace
+
+TEST_CASE("barren_forks counts a stream's forks that yielded no new kernel and resets after one that did") {
+  world w(7, {.tasks = 2, .rounds = 3, .lanes = 1});
+  auto cfg = config("specgen", 3, 7);
+  barren_probe probe;
+  const auto log = probe.out;
+  cfg.trigger = probe;
+  cfg.termination = termination::never{};  // whole rounds: many forks per stream
+  w.run(std::move(cfg));
+  // One fork at a time per stream, and a fire only once it ended: between two
+  // fires exactly one fork ended, so the count grows by one or falls to zero.
+  int grew = 0, reset = 0, fires = 0;
+  for (const auto& [instance, seen] : log->fires) {
+    INFO("trigger instance " << instance);
+    REQUIRE_FALSE(seen.empty());
+    CHECK(seen.front() == 0);  // a new round starts with none
+    fires += static_cast<int>(seen.size());
+    for (std::size_t i = 1; i < seen.size(); ++i) {
+      if (seen[i] == seen[i - 1] + 1) ++grew;
+      else if (seen[i] == 0) ++reset;
+      else FAIL("barren_forks went from " << seen[i - 1] << " to " << seen[i]);
+    }
+  }
+  CHECK(fires > 20);
+  CHECK(grew > 0);   // forks that repeated a kernel or yielded none
+  CHECK(reset > 0);  // forks that yielded a new kernel
+}
