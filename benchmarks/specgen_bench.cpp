@@ -92,12 +92,7 @@ openai-client options (the OpenAI backend against a local vLLM stand-in):
 constexpr std::array<std::string_view, 6> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn",
                                                          "calibrate",   "e2e-live"};
 
-double geomean(const std::vector<double>& v) {
-  if (v.empty()) return 0;
-  double s = 0;
-  for (double x : v) s += std::log(x);
-  return std::exp(s / static_cast<double>(v.size()));
-}
+using programs::geomean;
 
 /// One mode's measurements, averaged over the seeds of the run.
 struct mode_metrics {

@@ -13,12 +13,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace specgen::programs {
 
@@ -144,6 +146,25 @@ expected<run_result, error> run_corpus(const replay::corpus& c, engine_config cf
   event_loop<Clock> loop;
   replay::replay_model model(loop, c.traces, o.replay);
   return run_corpus_with(loop, model, c, std::move(cfg), o);
+}
+
+/// Geometric mean (0 for none): the paper's mean over tasks.
+inline double geomean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double s = 0;
+  for (double x : v) s += std::log(x);
+  return std::exp(s / static_cast<double>(v.size()));
+}
+
+/// Per task: the geometric mean over searches of `base`'s search time over
+/// `other`'s (searches matched by index, so both runs must hold the same tasks
+/// in the same order). Each search counts from the run's start to its own end.
+inline double search_time_ratio(const run_result& base, const run_result& other) {
+  std::vector<double> r;
+  for (std::size_t i = 0; i < std::min(base.searches.size(), other.searches.size()); ++i)
+    if (base.searches[i].end_seconds > 0 && other.searches[i].end_seconds > 0)
+      r.push_back(base.searches[i].end_seconds / other.searches[i].end_seconds);
+  return geomean(r);
 }
 
 }  // namespace specgen::programs
