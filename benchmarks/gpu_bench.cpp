@@ -813,23 +813,21 @@ int bench_e2e_live(const programs::args& a) {
                mode, r.e2e_seconds, r.profiled_kernels, 100 * r.pool_utilization, r.best_speedup_geomean,
                v->e2e_seconds, v->profiled_kernels, 100 * v->pool_utilization, v->best_speedup_geomean, since(w0));
   }
-  if (out["live"].contains("sequential"))
+  if (runs["live"].contains("sequential"))
     for (const auto& mode : chosen) {
       if (mode == "sequential") continue;
       for (const char* clock : {"live", "virtual"}) {
-        const auto& b = out[clock]["sequential"];
-        const auto& m = out[clock][mode];
-        const double e2e = b["e2e_seconds"].get<double>() / m["e2e_seconds"].get<double>();
-        const double prof = b["profiled_kernels"].get<int>() > 0
-                                ? m["profiled_kernels"].get<double>() / b["profiled_kernels"].get<double>()
-                                : 0.0;
+        const run_result& b = runs[clock]["sequential"];
+        const run_result& m = runs[clock][mode];
+        const double e2e = b.e2e_seconds / m.e2e_seconds;
+        const double prof = b.profiled_kernels > 0 ? static_cast<double>(m.profiled_kernels) / b.profiled_kernels : 0.0;
         // Per task: each search's own time, as `specgen-bench e2e` reports it.
-        const double per_task = programs::search_time_ratio(runs[clock]["sequential"], runs[clock][mode]);
+        const double per_task = programs::search_time_ratio(programs::search_seconds(b), programs::search_seconds(m));
         out[clock][mode]["vs_sequential"] = {{"e2e_speedup", e2e}, {"search_time_speedup_geomean", per_task},
                                              {"profiled_ratio", prof}};
         fmt::print("{:<12} vs sequential ({:<7}): e2e {:.2f}x lower (last search), per task {:.2f}x, profiled {:.2f}x, "
                    "utilisation {:.2f}\n",
-                   mode, clock, e2e, per_task, prof, m["pool_utilization"].get<double>());
+                   mode, clock, e2e, per_task, prof, m.pool_utilization);
       }
     }
   write_json(a, out);

@@ -303,11 +303,8 @@ int bench_e2e(const programs::args& a) {
       auto b = std::find_if(results.begin(), results.end(), [&](const mode_metrics& x) { return x.mode == bname; });
       if (b == results.end() || b->mode == m.mode) continue;
       // Per task: baseline's search time over this mode's, same seed and task.
-      std::vector<double> per_task;
-      for (std::size_t i = 0; i < std::min(b->search_seconds.size(), m.search_seconds.size()); ++i)
-        if (b->search_seconds[i] > 0 && m.search_seconds[i] > 0) per_task.push_back(b->search_seconds[i] / m.search_seconds[i]);
       nlohmann::json rj = {{"e2e_speedup", b->e2e_seconds / m.e2e_seconds},
-                           {"search_time_speedup_geomean", geomean(per_task)},
+                           {"search_time_speedup_geomean", programs::search_time_ratio(b->search_seconds, m.search_seconds)},
                            {"profiled_ratio", b->profiled_kernels > 0 ? m.profiled_kernels / b->profiled_kernels : 0.0},
                            {"best_speedup_ratio", b->best_speedup_geomean > 0 ? m.best_speedup_geomean / b->best_speedup_geomean : 0.0},
                            {"equal_time_best_ratio",

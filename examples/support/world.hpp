@@ -157,14 +157,20 @@ inline double geomean(const std::vector<double>& v) {
 }
 
 /// Per task: the geometric mean over searches of `base`'s search time over
-/// `other`'s (searches matched by index, so both runs must hold the same tasks
-/// in the same order). Each search counts from the run's start to its own end.
-inline double search_time_ratio(const run_result& base, const run_result& other) {
+/// `other`'s, matched by index (the same tasks, seeds and order on both
+/// sides); searches without a time are left out.
+inline double search_time_ratio(const std::vector<double>& base, const std::vector<double>& other) {
   std::vector<double> r;
-  for (std::size_t i = 0; i < std::min(base.searches.size(), other.searches.size()); ++i)
-    if (base.searches[i].end_seconds > 0 && other.searches[i].end_seconds > 0)
-      r.push_back(base.searches[i].end_seconds / other.searches[i].end_seconds);
+  for (std::size_t i = 0; i < std::min(base.size(), other.size()); ++i)
+    if (base[i] > 0 && other[i] > 0) r.push_back(base[i] / other[i]);
   return geomean(r);
+}
+
+/// Each search's own time, from the run's start to its end, in search order.
+inline std::vector<double> search_seconds(const run_result& r) {
+  std::vector<double> s;
+  for (const auto& x : r.searches) s.push_back(x.end_seconds);
+  return s;
 }
 
 }  // namespace specgen::programs

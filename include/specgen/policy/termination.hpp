@@ -75,8 +75,8 @@ namespace termination {
  * "Faster" means by more than `min_gain` (a fraction, 1% by default): two
  * measurements of equally fast kernels differ by the profiler's noise, and a
  * rule without a margin stops on that noise about half the time. 1% is the
- * profiler's repeatability target (docs/evaluation.md; the H200 measured
- * 0.61%, docs/benchmarks.md "gpu-spread"). 0 gives the bare comparison.
+ * repeatability the profiler is held to (20 profiles of one kernel within 1%;
+ * an H200 measured 0.61%, docs/evaluation.md). 0 gives the bare comparison.
  */
 struct beats_mean {
   double empty_threshold = 1.0;

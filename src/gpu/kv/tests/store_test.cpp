@@ -63,6 +63,22 @@ bool two_gpus() {
 
 const gpu::detail::driver_api& api() { return **gpu::detail::load_driver(); }
 
+/// Runs `f` with GPU `device`'s primary context current (the caller's restored after).
+template <class F>
+auto in_primary_context(int device, F&& f) {
+  kv_detail::context_scope scope(api());
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  api().cuDeviceGet(&dev, device);
+  api().cuDevicePrimaryCtxRetain(&ctx, dev);
+  api().cuCtxSetCurrent(ctx);
+  struct release {
+    CUdevice dev;
+    ~release() { api().cuDevicePrimaryCtxRelease(dev); }
+  } guard{dev};
+  return f();
+}
+
 constexpr std::size_t small_block = 64 << 10;  // 64 KiB: many blocks, quick tests
 
 /// Small blocks, checksums on, little reserve (an H200 has room to spare).
@@ -145,14 +161,8 @@ TEST_CASE("blocks put on a GPU come back byte for byte, in one gather, with thei
   const auto third = stress_chain(3, 20);
   {  // third's bytes at src: put them from the device
     const auto bytes = synthetic(third, small_block);
-    kv_detail::context_scope scope(api());
-    CUcontext ctx = nullptr;
-    CUdevice dev = 0;
-    api().cuDeviceGet(&dev, 0);
-    api().cuDevicePrimaryCtxRetain(&ctx, dev);
-    api().cuCtxSetCurrent(ctx);
-    REQUIRE(api().cuMemcpyHtoD(src.address(), bytes.data(), bytes.size()) == CUDA_SUCCESS);
-    api().cuDevicePrimaryCtxRelease(dev);
+    REQUIRE(in_primary_context(0, [&] { return api().cuMemcpyHtoD(src.address(), bytes.data(), bytes.size()); }) ==
+            CUDA_SUCCESS);
   }
   REQUIRE(store->put_from_device(third, 0, src.address()));
   std::vector<std::byte> back(third.size() * small_block);
@@ -173,16 +183,8 @@ TEST_CASE("a corrupted block is caught at the fetch and dropped, and the fork re
   REQUIRE(store->put_synthetic(keys));
   const auto where = store->locate(keys[5]);
   REQUIRE(where);
-  {
-    kv_detail::context_scope scope(api());
-    CUcontext ctx = nullptr;
-    CUdevice dev = 0;
-    api().cuDeviceGet(&dev, 0);
-    api().cuDevicePrimaryCtxRetain(&ctx, dev);
-    api().cuCtxSetCurrent(ctx);
-    REQUIRE(api().cuMemsetD8(where->address + 1000, 0xab, 1) == CUDA_SUCCESS);  // one byte of one block
-    api().cuDevicePrimaryCtxRelease(dev);
-  }
+  // One byte of one block.
+  REQUIRE(in_primary_context(0, [&] { return api().cuMemsetD8(where->address + 1000, 0xab, 1); }) == CUDA_SUCCESS);
   stress_buffer buf(api(), 0, keys.size() * small_block);
   auto t = store->fetch_to(keys, 0, buf.address());
   REQUIRE_FALSE(t);
@@ -205,16 +207,7 @@ TEST_CASE("a corrupted block is caught at the fetch and dropped, and the fork re
   const auto pkeys = block_keys(prefix, 128);
   const auto at = store->locate(pkeys[3]);
   REQUIRE(at);
-  {
-    kv_detail::context_scope scope(api());
-    CUcontext ctx = nullptr;
-    CUdevice dev = 0;
-    api().cuDeviceGet(&dev, 0);
-    api().cuDevicePrimaryCtxRetain(&ctx, dev);
-    api().cuCtxSetCurrent(ctx);
-    REQUIRE(api().cuMemsetD8(at->address, 0, 16) == CUDA_SUCCESS);
-    api().cuDevicePrimaryCtxRelease(dev);
-  }
+  REQUIRE(in_primary_context(0, [&] { return api().cuMemsetD8(at->address, 0, 16); }) == CUDA_SUCCESS);
   CHECK_FALSE(kv.lease(prefix));
   kv.store(1, prefix);
   REQUIRE(kv.lease(prefix));
@@ -362,16 +355,11 @@ TEST_CASE("another process maps exported blocks through IPC handles and finds th
 TEST_CASE("the store gives memory back when a worker needs it, and the worker's allocation succeeds") {
   if (!gpus()) return;
   auto free_on_0 = [] {
-    kv_detail::context_scope scope(api());
-    CUdevice dev = 0;
-    CUcontext ctx = nullptr;
-    api().cuDeviceGet(&dev, 0);
-    api().cuDevicePrimaryCtxRetain(&ctx, dev);
-    api().cuCtxSetCurrent(ctx);
-    std::size_t f = 0, total = 0;
-    api().cuMemGetInfo(&f, &total);
-    api().cuDevicePrimaryCtxRelease(dev);
-    return static_cast<std::uint64_t>(f);
+    return in_primary_context(0, [] {
+      std::size_t f = 0, total = 0;
+      api().cuMemGetInfo(&f, &total);
+      return static_cast<std::uint64_t>(f);
+    });
   };
   const std::uint64_t free0 = free_on_0();
   kv_store_config c{.block_bytes = 4u << 20,
