@@ -51,6 +51,8 @@ e2e options:
   --target X           target speedup for seconds_to_target (default 2.0)
   --prefix-hit F       fraction of a fork's prefix the server still caches
                        (limited memory budget; default 0.25)
+  --decode-slowdown F  the replay model's decode slowdown per extra active
+                       sequence (default 0.01: 64 sequences at ~60% speed)
   --out FILE           write the JSON results
 engine options:
   --tasks N, --rounds N (default 20 x 50 = 1,000 rounds), --seed N, --out FILE
@@ -195,12 +197,14 @@ int bench_e2e(const programs::args& a) {
   o.sim.devices = a.number<int>("devices", 4);
   o.replay.max_concurrent_streams = a.number<int>("streams", 64);
   o.replay.server_prefix_hit = a.number<double>("prefix-hit", 0.25);
+  o.replay.slowdown_per_sequence = a.number<double>("decode-slowdown", o.replay.slowdown_per_sequence);
+  if (!(o.replay.slowdown_per_sequence >= 0)) throw std::invalid_argument("--decode-slowdown must be >= 0");
   const std::uint64_t run_seed = a.number<std::uint64_t>("seed", 1);
 
   fmt::print("specgen-bench e2e: {}, {} rounds x {} seeds, {} simulated GPUs, target {:.2f}x, server prefix hit {:.2f}, "
-             "virtual time\n",
+             "decode slowdown {:.3f} per sequence, virtual time\n",
              cc.dir ? cc.dir->string() : fmt::format("procedural corpus, {} tasks", cc.params.tasks), rounds, seeds,
-             o.sim.devices, target, o.replay.server_prefix_hit);
+             o.sim.devices, target, o.replay.server_prefix_hit, o.replay.slowdown_per_sequence);
   std::map<std::string, mode_metrics> acc;
   std::map<std::string, std::vector<double>> ttt, best, best_equal;
   std::vector<double> oracle;
@@ -288,6 +292,7 @@ int bench_e2e(const programs::args& a) {
                         {"devices", o.sim.devices},
                         {"target_speedup", target},
                         {"server_prefix_hit", o.replay.server_prefix_hit},
+                        {"decode_slowdown_per_sequence", o.replay.slowdown_per_sequence},
                         {"corpus", cc.dir ? cc.dir->string() : fmt::format("procedural (seeds {}..{})", corpus_seed, corpus_seed + seeds - 1)},
                         {"run_seeds", fmt::format("{}..{}", run_seed, run_seed + seeds - 1)},
                         {"oracle", {{"seconds_to_target", oracle_ttt > 0 ? nlohmann::json(oracle_ttt) : nlohmann::json(nullptr)},
@@ -421,7 +426,7 @@ int main(int argc, char** argv) {
     }
     programs::args a(argc, argv,
                      {"modes", "tasks", "rounds", "corpus", "corpus-seed", "seed", "seeds", "devices", "streams", "target",
-                      "prefix-hit", "out"},
+                      "prefix-hit", "decode-slowdown", "out"},
                      {"help", "no-equal-time"}, 2);
     if (cmd == "e2e") return bench_e2e(a);
     if (cmd == "engine") return bench_engine(a);

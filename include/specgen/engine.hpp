@@ -259,6 +259,7 @@ class engine final : private stream_sink {
     std::set<candidate_id> pending_main; ///< main-stream candidates of the round without a verdict
     std::vector<evaluation> staging;     ///< per record: stage results so far, until the final verdict
     int in_flight = 0;
+    bool round_open = false;             ///< between start_round and end_round
     bool done = false;
     timer_id deadline = 0;
     search_result res;
@@ -323,6 +324,9 @@ class engine final : private stream_sink {
   void on_stage_done(int search, std::size_t idx, eval_outcome o);
   void finalize(search_rt& s, std::size_t idx, evaluation e, bool reused);
   void cancelled(search_rt& s, std::size_t idx, stage st);
+  /// After the judged copy of a kernel gets its verdict or is dropped: serves the
+  /// identical copies that waited for it, or hands the evaluation to one of them.
+  void settle_duplicates(const search_rt& s, std::size_t idx);
   void account_final(search_rt& s, const candidate_record& r);
 
   loop_type& loop_;
@@ -337,7 +341,9 @@ class engine final : private stream_sink {
   std::unordered_map<stream_id, fork_rt> forks_;
   std::deque<std::pair<int, int>> waiting_;  ///< (search, lane) waiting for a stream slot
   std::unordered_map<std::uint64_t, evaluation> known_;  ///< by content hash: evaluations from a resumed journal
-  std::unordered_map<std::uint64_t, std::pair<int, std::size_t>> first_seen_;  ///< content hash → record
+  std::unordered_map<std::uint64_t, std::pair<int, std::size_t>> first_seen_;  ///< content hash → the judged record
+  /// content hash → records of identical kernels waiting for the judged one's verdict
+  std::unordered_map<std::uint64_t, std::vector<std::pair<int, std::size_t>>> duplicates_;
   int max_streams_ = 64;
   int active_streams_ = 0;
   int searches_left_ = 0;
@@ -419,6 +425,7 @@ bool engine<B, E, C>::budget_exhausted(const search_rt& s, std::string& reason) 
 template <backend B, evaluator E, clock C>
 void engine<B, E, C>::start_round(search_rt& s) {
   ++s.round;
+  s.round_open = true;
   s.res.rounds = s.round + 1;
   const search_view view{.for_task = s.t.get(), .round = s.round, .records = s.records, .seed = s.seed};
   auto plans = cfg_.strategy.plan_round(view);
@@ -711,6 +718,14 @@ bool engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string t
       ++s.in_flight;
       return false;
     }
+    if (!prev.cancelled) {
+      // An identical kernel is being evaluated (two samples of one fork often agree):
+      // wait for its verdict instead of compiling, validating and profiling it twice.
+      duplicates_[h].push_back({s.index, idx});
+      ++s.in_flight;
+      return false;
+    }
+    f->second = {s.index, idx};  // the earlier copy was dropped as stale: this one is judged
   } else {
     first_seen_.emplace(h, std::pair{s.index, idx});
     fresh = true;
@@ -718,6 +733,42 @@ bool engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string t
   ++s.in_flight;
   enqueue_stage(s, idx, stage::compile);
   return fresh;
+}
+
+template <backend B, evaluator E, clock C>
+void engine<B, E, C>::settle_duplicates(const search_rt& s, std::size_t idx) {
+  const auto& r = s.records[idx];
+  const auto h = r.cand->content_hash();
+  auto f = first_seen_.find(h);
+  if (f == first_seen_.end() || f->second != std::pair{s.index, idx}) return;  // not the judged copy
+  auto node = duplicates_.extract(h);
+  if (node.empty()) return;
+  auto waiting = std::move(node.mapped());
+  if (r.eval) {
+    for (const auto& [si, ri] : waiting) {
+      evaluation e = *r.eval;
+      e.id = searches_[static_cast<std::size_t>(si)]->records[ri].cand->id;
+      loop_.after(duration{0}, [this, sp = searches_[static_cast<std::size_t>(si)].get(), ri, e] { finalize(*sp, ri, e, true); });
+    }
+    return;
+  }
+  // The judged copy was dropped as stale. Copies that are still live take over: the
+  // first is evaluated, the others wait for it; copies whose own round is over go too.
+  bool promoted = false;
+  for (const auto& [si, ri] : waiting) {
+    auto& ws = *searches_[static_cast<std::size_t>(si)];
+    const auto& w = ws.records[ri];
+    const bool live = !ws.done && ((ws.round_open && w.cand->prov.round == ws.round) || ws.pending_main.contains(w.cand->id));
+    if (!live) {
+      loop_.after(duration{0}, [this, sp = &ws, ri] { cancelled(*sp, ri, stage::compile); });
+    } else if (!promoted) {
+      promoted = true;
+      f->second = {si, ri};
+      enqueue_stage(ws, ri, stage::compile);
+    } else {
+      duplicates_[h].push_back({si, ri});
+    }
+  }
 }
 
 template <backend B, evaluator E, clock C>
@@ -769,6 +820,7 @@ void engine<B, E, C>::cancelled(search_rt& s, std::size_t idx, stage st) {
   r.cancelled = true;
   ++s.res.cancelled;
   --s.in_flight;
+  settle_duplicates(s, idx);
   if (journal_) journal_->write_cancelled(loop_.now(), s.index, r.cand->id, st, s.done ? "search ended" : "stale: its round ended");
   if (s.pending_main.erase(r.cand->id) > 0) maybe_end_round(s);
 }
@@ -779,6 +831,7 @@ void engine<B, E, C>::finalize(search_rt& s, std::size_t idx, evaluation e, bool
   r.eval = std::move(e);
   r.reused = reused;
   --s.in_flight;
+  if (!reused) settle_duplicates(s, idx);
   if (reused) {
     ++s.res.reused;
     if (journal_) journal_->write_reused(loop_.now(), s.index, *r.cand, *r.eval);
@@ -833,6 +886,7 @@ void engine<B, E, C>::maybe_end_round(search_rt& s) {
 template <backend B, evaluator E, clock C>
 void engine<B, E, C>::end_round(search_rt& s, std::string_view reason) {
   // Stale speculative work of this round: forks still generating, queued jobs.
+  s.round_open = false;
   for (auto id : std::vector<stream_id>(s.forks.begin(), s.forks.end())) model_.cancel(id);
   sched_.cancel_group(group_of(s.index, s.round), cfg_.cancel_running_at_round_end);
   cfg_.kv.drop(s.index);
@@ -849,6 +903,7 @@ template <backend B, evaluator E, clock C>
 void engine<B, E, C>::finish_search(search_rt& s, std::string reason) {
   if (s.done) return;
   s.done = true;
+  s.round_open = false;
   for (auto& l : s.lanes)
     if (l.started && !l.ended) {
       l.terminated = true;
@@ -856,6 +911,17 @@ void engine<B, E, C>::finish_search(search_rt& s, std::string reason) {
     }
   for (auto id : std::vector<stream_id>(s.forks.begin(), s.forks.end())) model_.cancel(id);
   for (int r = s.first_round; r <= s.round; ++r) sched_.cancel_group(group_of(s.index, r), true);
+  // Copies waiting for another search's evaluation of the same kernel go too.
+  for (auto& [h, waiting] : duplicates_) {
+    std::vector<std::pair<int, std::size_t>> keep;
+    for (const auto& [si, ri] : waiting)
+      if (si == s.index)
+        cancelled(s, ri, stage::compile);
+      else
+        keep.push_back({si, ri});
+    waiting = std::move(keep);
+  }
+  std::erase_if(duplicates_, [](const auto& kv) { return kv.second.empty(); });
   cfg_.kv.drop(s.index);
   if (s.deadline) loop_.cancel(s.deadline);
   s.res.search = s.index;

@@ -474,3 +474,31 @@ TEST_CASE("barren_forks counts a stream's forks that yielded no new kernel and r
   CHECK(grew > 0);   // forks that repeated a kernel or yielded none
   CHECK(reset > 0);  // forks that yielded a new kernel
 }
+
+TEST_CASE("identical kernels are evaluated once: a copy that arrives while the first is in flight waits for its verdict") {
+  int waited = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    CAPTURE(seed);
+    world w(seed, {.tasks = 2, .rounds = 4, .lanes = 1});
+    auto r = w.run(config("specgen", 4, seed));
+    std::map<std::uint64_t, int> judged, dropped, copies;
+    for (const auto& rec : w.records) {
+      const auto h = rec.cand->content_hash();
+      ++copies[h];
+      if (rec.cancelled) ++dropped[h];
+      else if (rec.eval && !rec.reused) ++judged[h];
+    }
+    for (const auto& [h, n] : copies) {
+      CAPTURE(h, n);
+      // A kernel goes to the evaluator again only after its earlier copy was dropped as stale.
+      CHECK(static_cast<int>(w.counted.compiled.count(h)) <= 1 + dropped[h]);
+      CHECK(judged[h] <= 1 + dropped[h]);
+    }
+    // Profiled kernels count distinct profiles, never a copy's.
+    int profiled = 0;
+    for (const auto& rec : w.records) profiled += (rec.profiled() && !rec.reused) ? 1 : 0;
+    CHECK(r.profiled_kernels == profiled);
+    for (const auto& s : r.searches) waited += s.reused;
+  }
+  CHECK(waited > 0);
+}
