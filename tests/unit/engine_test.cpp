@@ -502,3 +502,55 @@ TEST_CASE("identical kernels are evaluated once: a copy that arrives while the f
   }
   CHECK(waited > 0);
 }
+
+TEST_CASE("when the evaluated copy of a kernel is dropped as stale, a waiting copy whose round is still open is evaluated instead") {
+  // Two searches of one task replay the same trace, so their forks yield the same
+  // kernels at about the same time: one copy is evaluated, the other waits. One slow
+  // GPU keeps copies queued, and a round's end drops its queued and running jobs, so
+  // the evaluated copy is often dropped while the other search's copy still waits.
+  int promoted = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    CAPTURE(seed);
+    event_loop<virtual_clock> loop;
+    auto corpus = replay::generate_corpus({.tasks = 1, .rounds = 3, .lanes = 1}, seed);
+    replay::replay_model model(loop, corpus.traces, {});
+    sim::simulated_device device(loop, corpus.costs, {.devices = 1, .compile_slots = 1, .seed = seed});
+    counting_evaluator<sim::simulated_device> counted(device);
+    const auto path = temp_file("stale-copies.jsonl");
+    journal_writer j(path, false);
+    auto cfg = config("specgen", 3, seed);
+    cfg.cancel_running_at_round_end = true;
+    engine eng(loop, model, counted, std::move(cfg), &j);
+    const auto t = std::make_shared<const task>(corpus.tasks.front());
+    eng.add_search(t);
+    eng.add_search(t);
+    const auto r = eng.run();
+    REQUIRE(r.searches.size() == 2);
+
+    std::map<std::uint64_t, int> dropped;
+    for (int s = 0; s < 2; ++s)
+      for (const auto& rec : eng.records(s)) {
+        CHECK((rec.eval.has_value() || rec.cancelled));  // nothing lost
+        if (rec.cancelled) ++dropped[rec.cand->content_hash()];
+      }
+    for (const auto& [h, n] : dropped) CHECK(static_cast<int>(counted.compiled.count(h)) <= 1 + n);
+
+    // From the journal: a copy created before an earlier copy of its kernel was
+    // dropped, and compiled afterwards, waited and then took over.
+    std::map<candidate_id, std::pair<std::string, double>> made;  // id -> (hash, created)
+    std::map<candidate_id, double> cancelled_at;
+    std::set<candidate_id> compiled;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const auto e = nlohmann::json::parse(line);
+      const auto type = e.at("type").get<std::string>();
+      if (type == "candidate") made[e["candidate"]["id"].get<candidate_id>()] = {e["candidate"]["hash"], e["t"].get<double>()};
+      if (type == "cancelled") cancelled_at[e["candidate"].get<candidate_id>()] = e["t"].get<double>();
+      if (type == "evaluation" && e.value("stage", "") == "compile") compiled.insert(e["candidate"].get<candidate_id>());
+    }
+    for (const auto& [first, when] : cancelled_at)
+      for (auto c : compiled)
+        if (c > first && made[c].first == made[first].first && made[c].second <= when) ++promoted;
+  }
+  CHECK(promoted > 0);
+}
