@@ -143,6 +143,8 @@ struct search_result {
   usage tokens;                           ///< all generation of the search
   std::uint64_t generated_tokens = 0;     ///< completion tokens (reasoning + answers + forks)
   int candidates = 0, from_forks = 0, forks = 0, forks_skipped = 0, extract_failures = 0;
+  /// `profiled`: kernels this search profiled itself; a copy of a kernel profiled
+  /// before (or being profiled) counts in `reused` instead.
   int compiled_ok = 0, validated_ok = 0, profiled = 0, cancelled = 0, reused = 0, terminations = 0;
   std::map<std::string, int> verdicts;
 };
@@ -153,7 +155,7 @@ struct run_result {
   double e2e_seconds = 0;                 ///< until the last search ended
   double pool_utilization = 0;            ///< device busy time / (devices × e2e)
   std::uint64_t generated_tokens = 0;
-  int profiled_kernels = 0;
+  int profiled_kernels = 0;               ///< distinct profiles: identical copies count once
   double best_speedup_geomean = 0;        ///< over searches with a valid kernel (others count as 1.0)
   std::uint64_t events = 0;               ///< loop callbacks run (engine cost benchmark)
   scheduler_stats scheduler;              ///< device accounting over the run
