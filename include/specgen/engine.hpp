@@ -748,9 +748,10 @@ void engine<B, E, C>::settle_duplicates(const search_rt& s, std::size_t idx) {
   auto waiting = std::move(node.mapped());
   if (r.eval) {
     for (const auto& [si, ri] : waiting) {
+      auto* ws = searches_[static_cast<std::size_t>(si)].get();
       evaluation e = *r.eval;
-      e.id = searches_[static_cast<std::size_t>(si)]->records[ri].cand->id;
-      loop_.after(duration{0}, [this, sp = searches_[static_cast<std::size_t>(si)].get(), ri, e] { finalize(*sp, ri, e, true); });
+      e.id = ws->records[ri].cand->id;
+      loop_.after(duration{0}, [this, ws, ri, e] { finalize(*ws, ri, e, true); });
     }
     return;
   }

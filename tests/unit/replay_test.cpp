@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -511,4 +513,13 @@ TEST_CASE("replay_params round-trip through JSON and missing keys keep their def
   const replay_params p{.decode_tokens_per_s = 65, .server_prefix_hit = 0.25, .max_concurrent_streams = 8};
   CHECK(nlohmann::json(p).get<replay_params>() == p);
   CHECK(nlohmann::json::parse(R"({"chunk_tokens": 4})").get<replay_params>() == replay_params{.chunk_tokens = 4});
+}
+
+TEST_CASE("the replay model refuses a negative or non-finite decode slowdown") {
+  event_loop<virtual_clock> loop;
+  for (double bad : {-0.01, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(replay_model(loop, {}, replay_params{.slowdown_per_sequence = bad}), std::invalid_argument);
+  }
+  CHECK_NOTHROW(replay_model(loop, {}, replay_params{.slowdown_per_sequence = 0}));
 }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -105,6 +106,8 @@ class replay_model {
     if (params_.chunk_tokens < 1 || params_.decode_tokens_per_s <= 0 || params_.prefill_tokens_per_s <= 0 ||
         params_.vocab_size < 1)
       throw std::invalid_argument("replay_params: chunk_tokens, vocab_size and rates must be positive");
+    if (!(params_.slowdown_per_sequence >= 0) || !std::isfinite(params_.slowdown_per_sequence))
+      throw std::invalid_argument("replay_params: slowdown_per_sequence must be a finite value >= 0");
     for (std::size_t i = 0; i < traces_.size(); ++i) {
       const trace& t = traces_[i];
       by_slot_[{t.task, t.round}].push_back(i);
