@@ -8,6 +8,7 @@ build_dir=${SPECGEN_BUILD_DIR:-$repo/build}
 # shellcheck source=scripts/deps.sh
 source "$repo/scripts/deps.sh"
 install_packages
-cmake -S "$repo" -B "$build_dir" -G Ninja >/dev/null
+# Configure output stays visible: a failing configure must say why.
+cmake -S "$repo" -B "$build_dir" -G Ninja
 cmake --build "$build_dir" --target specgen-run
 exec "$build_dir/examples/specgen-run" "$@"
