@@ -6,6 +6,13 @@
 /// `compile_failure_kind::unavailable` instead of failing to load. No CUDA type
 /// appears here.
 ///
+/// Sources are untrusted: every compile runs in a helper process
+/// (`specgen-nvrtc`) with an empty environment that can read the CUDA
+/// Toolkit's include directory and the caller's `include_dirs`, and nothing
+/// else; it can write, remove and execute nothing. A source that includes
+/// `/etc/passwd` or `/proc/self/environ` fails to compile as if the file did
+/// not exist (docs/evaluation.md, "Trust boundary").
+///
 /// @code
 ///   specgen::gpu::compiler nvrtc({.cache_dir = "/tmp/specgen-cubins"});
 ///   auto r = nvrtc.compile(R"(extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2; })",
@@ -39,7 +46,10 @@ namespace gpu {
 struct compile_options {
   std::string arch = "sm_90a";             ///< a real architecture (sm_XX[a]); NVRTC must emit a cubin
   std::vector<std::string> options{};      ///< extra NVRTC options, e.g. "-use_fast_math", "--std=c++17"
-  std::vector<std::string> include_dirs{};  ///< searched before the toolkit's own include dirs
+  /// Searched before the toolkit's own include dirs, and the only other
+  /// directories a source can read (an `-I` in `options` is searched, but
+  /// its files cannot be read).
+  std::vector<std::string> include_dirs{};
   duration deadline = seconds(20);         ///< NVRTC is cancelled past this, so no source stalls a search
   bool line_info = true;                   ///< -lineinfo, so profiles map back to source lines
   friend bool operator==(const compile_options&, const compile_options&) = default;
@@ -47,12 +57,22 @@ struct compile_options {
 
 /// How a `compiler` caches and schedules.
 struct compiler_config {
-  std::string cache_dir{};           ///< cubins on disk under here; empty: no disk cache
+  /// Cubins on disk under here; empty: no disk cache. Created (mode 0700) if
+  /// absent. A directory that another user owns, or that group or others may
+  /// write, is refused: `compiler`'s constructor throws std::invalid_argument
+  /// saying why. Every entry is checked against a digest when read.
+  std::string cache_dir{};
   std::size_t memory_entries = 256;  ///< compiled results kept in memory (LRU); 0: none
   unsigned threads = 0;              ///< compile_async workers; 0: one per hardware thread
   /// The CUDA Toolkit's include dir (cuda_fp16.h, cooperative_groups.h, cuda/std/...).
   /// Empty: $SPECGEN_CUDA_INCLUDE_DIR, else the toolkit found when specgen was built.
   std::string toolkit_include_dir{};
+  /// The sandboxed NVRTC helper every compile runs in. Empty: $SPECGEN_NVRTC_HELPER,
+  /// else specgen-nvrtc beside the running program, else the installed one, else the build tree's.
+  std::string helper_program{};
+  /// Address-space limit of each helper process, so a source that makes NVRTC
+  /// allocate without bound fails to compile instead of exhausting the host. 0: none.
+  std::uint64_t helper_memory_limit_bytes = std::uint64_t{16} << 30;
   friend bool operator==(const compiler_config&, const compiler_config&) = default;
 };
 
@@ -102,6 +122,9 @@ struct compiler_stats {
   std::uint64_t memory_hits = 0;
   std::uint64_t disk_hits = 0;
   std::uint64_t joined = 0;        ///< calls that waited for the same key's compile in flight
+  std::uint64_t helpers_started = 0;  ///< sandboxed NVRTC processes started
+  std::uint64_t denied_file_accesses = 0;  ///< file-system calls the sandbox refused to sources
+  std::uint64_t disk_entries_rejected = 0;  ///< disk cache entries that failed their checks (recompiled)
   friend bool operator==(const compiler_stats&, const compiler_stats&) = default;
 };
 
@@ -155,6 +178,10 @@ class compiler {
 
   [[nodiscard]] compiler_stats stats() const;
   [[nodiscard]] const compiler_config& config() const noexcept;
+  /// How compiles are isolated, as the first sandboxed process reported it
+  /// (whether the kernel's Landlock enforces the boundary as well as the file
+  /// guard); empty before the first compile that ran NVRTC.
+  [[nodiscard]] std::string sandbox() const;
 
   /// "major.minor" of the NVRTC that would be used (loading it if needed).
   static expected<std::string, compile_failure> nvrtc_version();
@@ -184,13 +211,17 @@ inline void to_json(nlohmann::json& j, const compiler_config& c) {
   j = {{"cache_dir", c.cache_dir},
        {"memory_entries", c.memory_entries},
        {"threads", c.threads},
-       {"toolkit_include_dir", c.toolkit_include_dir}};
+       {"toolkit_include_dir", c.toolkit_include_dir},
+       {"helper_program", c.helper_program},
+       {"helper_memory_limit_bytes", c.helper_memory_limit_bytes}};
 }
 inline void from_json(const nlohmann::json& j, compiler_config& c) {
   specgen::detail::read(j, "cache_dir", c.cache_dir);
   specgen::detail::read(j, "memory_entries", c.memory_entries);
   specgen::detail::read(j, "threads", c.threads);
   specgen::detail::read(j, "toolkit_include_dir", c.toolkit_include_dir);
+  specgen::detail::read(j, "helper_program", c.helper_program);
+  specgen::detail::read(j, "helper_memory_limit_bytes", c.helper_memory_limit_bytes);
 }
 
 inline void to_json(nlohmann::json& j, const kernel_resources& k) {

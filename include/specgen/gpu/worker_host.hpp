@@ -119,6 +119,12 @@ struct worker_info {
 
 namespace detail {
 struct worker_process;  // the spawned process and its pipes (worker_host.cpp)
+
+/// The environment a worker starts with: of `parent` (NAME=VALUE entries),
+/// only what CUDA, the loader, the sanitizers and specgen read. Kernels run
+/// in the worker and, with HMM, device code can address its host memory, so
+/// nothing else of the caller's (an API key, say) is handed to it.
+std::vector<std::string> worker_environment(const std::vector<std::string>& parent);
 }
 
 /**

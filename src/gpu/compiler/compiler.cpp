@@ -1,7 +1,9 @@
 #include <specgen/gpu/compiler.hpp>
 
 #include "disk_cache.hpp"
+#include "hash128.hpp"
 #include "nvrtc_loader.hpp"
+#include "sandbox/helper.hpp"
 #include "thread_pool.hpp"
 
 #include <fmt/format.h>
@@ -15,6 +17,8 @@
 #include <future>
 #include <list>
 #include <mutex>
+#include <stdexcept>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -33,31 +37,6 @@ compile_failure failure(compile_failure_kind kind, std::string message, std::str
   return compile_failure{.kind = kind, .message = std::move(message), .log = std::move(log)};
 }
 
-/// FNV-1a over 128 bits. Not cryptographic: the key guards against accidental
-/// collisions between sources, where 128 bits make one practically impossible;
-/// each field is length-prefixed so ("ab","c") and ("a","bc") differ.
-class fnv1a_128 {
- public:
-  fnv1a_128& add(std::string_view field) {
-    std::uint64_t n = field.size();
-    for (int i = 0; i < 8; ++i, n >>= 8) byte(static_cast<unsigned char>(n & 0xff));
-    for (unsigned char c : field) byte(c);
-    return *this;
-  }
-  [[nodiscard]] std::string hex() const {
-    return fmt::format("{:016x}{:016x}", static_cast<std::uint64_t>(h_ >> 64), static_cast<std::uint64_t>(h_));
-  }
-
- private:
-  __extension__ using u128 = unsigned __int128;
-  void byte(unsigned char c) {
-    h_ ^= c;
-    h_ *= prime_;
-  }
-  static constexpr u128 prime_ = (u128{1} << 88) | 0x13b;
-  u128 h_ = (u128{0x6c62272e07bb0142ull} << 64) | 0x62b821756295c58dull;
-};
-
 std::string resolve_toolkit_include(const compiler_config& config) {
   if (!config.toolkit_include_dir.empty()) return config.toolkit_include_dir;
   if (const char* env = std::getenv("SPECGEN_CUDA_INCLUDE_DIR"); env && *env) return env;
@@ -69,21 +48,6 @@ bool has_std_option(const std::vector<std::string>& options) {
     if (o.starts_with("--std") || o.starts_with("-std")) return true;
   return false;
 }
-
-/// Cancels NVRTC once the deadline passes. NVRTC may call this from its own
-/// threads, and wants the answer to stay 1 once it was 1.
-struct flow_guard {
-  std::chrono::steady_clock::time_point deadline;
-  std::atomic<bool> expired{false};
-
-  static int callback(void* self, void*) {
-    auto* g = static_cast<flow_guard*>(self);
-    if (g->expired.load(std::memory_order_relaxed)) return 1;
-    if (std::chrono::steady_clock::now() < g->deadline) return 0;
-    g->expired.store(true, std::memory_order_relaxed);
-    return 1;
-  }
-};
 
 /// The first line of the log that reports an error, for a one-line message.
 std::string first_error_line(const std::string& log) {
@@ -102,7 +66,9 @@ std::string first_error_line(const std::string& log) {
 struct compiler_state {
   compiler_config config;
   std::string toolkit_include;
+  std::string helper_program;
   std::optional<disk_cache> disk;
+  helper_pool helpers;
 
   mutable std::mutex mutex;
   using entry = std::pair<std::string, std::shared_ptr<const compiled>>;
@@ -114,8 +80,16 @@ struct compiler_state {
   thread_pool pool;  // last: its threads stop before the members they use are destroyed
 
   explicit compiler_state(compiler_config c)
-      : config(std::move(c)), toolkit_include(resolve_toolkit_include(config)), pool(config.threads) {
-    if (!config.cache_dir.empty()) disk.emplace(config.cache_dir);
+      : config(std::move(c)),
+        toolkit_include(resolve_toolkit_include(config)),
+        helper_program(find_nvrtc_helper(config.helper_program)),
+        helpers(std::max<std::size_t>(2, config.threads ? config.threads : std::thread::hardware_concurrency())),
+        pool(config.threads) {
+    if (!config.cache_dir.empty()) {
+      auto opened = disk_cache::open(config.cache_dir);
+      if (!opened) throw std::invalid_argument(opened.error().message);
+      disk.emplace(std::move(*opened));
+    }
   }
 
   /// Every NVRTC option of a compile, defaults included: the key hashes exactly this.
@@ -140,44 +114,29 @@ struct compiler_state {
     return h.add(source).hex();
   }
 
+  [[nodiscard]] helper_config helper_for(const nvrtc_api& api, const compile_options& o) const {
+    helper_config h{.program = helper_program,
+                    .library = api.library,
+                    .allowed = {toolkit_include},
+                    .memory_limit = config.helper_memory_limit_bytes};
+    h.allowed.insert(h.allowed.end(), o.include_dirs.begin(), o.include_dirs.end());
+    return h;
+  }
+
   result run_nvrtc(const nvrtc_api& api, std::string_view source, const compile_options& o,
                    const std::vector<std::string>& opts, const std::string& key) {
-    nvrtcProgram prog = nullptr;
-    const std::string src(source);  // NVRTC wants a NUL-terminated string
-    if (auto rc = api.create_program(&prog, src.c_str(), "candidate.cu", 0, nullptr, nullptr); rc != NVRTC_SUCCESS)
-      return unexpected(failure(compile_failure_kind::internal,
-                                fmt::format("nvrtcCreateProgram failed: {}", api.get_error_string(rc))));
-    struct destroy {
-      const nvrtc_api& api;
-      nvrtcProgram& p;
-      ~destroy() { api.destroy_program(&p); }
-    } destroy_on_exit{api, prog};
-
-    // Clamped so a "never" deadline (duration::max()) cannot overflow the time point.
-    const auto budget = std::min<duration>(o.deadline, std::chrono::hours(24));
-    flow_guard guard{.deadline = std::chrono::steady_clock::now() + budget};
-    api.set_flow_callback(prog, &flow_guard::callback, &guard);
-
-    std::vector<const char*> argv;
-    argv.reserve(opts.size());
-    for (const auto& s : opts) argv.push_back(s.c_str());
-
-    const auto t0 = std::chrono::steady_clock::now();
-    const nvrtcResult rc = api.compile_program(prog, static_cast<int>(argv.size()), argv.data());
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto reply = helpers.compile(helper_for(api, o), source, opts, o.deadline);
     {
       std::lock_guard lock(mutex);
       ++stats.compilations;
+      stats.helpers_started = helpers.started();
+      if (reply) stats.denied_file_accesses += reply->denied;
     }
+    if (!reply) return unexpected(reply.error());
+    std::string& log = reply->log;
+    const auto rc = static_cast<nvrtcResult>(reply->rc);
 
-    std::string log;
-    if (std::size_t n = 0; api.get_program_log_size(prog, &n) == NVRTC_SUCCESS && n > 1) {
-      log.resize(n);
-      if (api.get_program_log(prog, log.data()) != NVRTC_SUCCESS) log.clear();
-      while (!log.empty() && log.back() == '\0') log.pop_back();
-    }
-
-    if (rc == NVRTC_ERROR_CANCELLED || guard.expired.load())
+    if (rc == NVRTC_ERROR_CANCELLED || reply->cancelled)
       return unexpected(failure(
           compile_failure_kind::timeout,
           fmt::format("compilation was cancelled at its deadline of {:.1f} s; simplify the source (deep template "
@@ -192,21 +151,16 @@ struct compiler_state {
     }
     if (rc != NVRTC_SUCCESS)
       return unexpected(failure(compile_failure_kind::internal,
-                                fmt::format("nvrtcCompileProgram failed: {}", api.get_error_string(rc)),
-                                std::move(log)));
-
-    std::size_t size = 0;
-    if (api.get_cubin_size(prog, &size) != NVRTC_SUCCESS || size == 0)
+                                fmt::format("nvrtcCompileProgram failed: {}", reply->rc_text), std::move(log)));
+    if (reply->cubin.empty())
       return unexpected(failure(compile_failure_kind::internal,
                                 fmt::format("NVRTC produced no cubin for arch '{}'", o.arch), std::move(log)));
     auto c = std::make_shared<compiled>();
-    c->cubin.resize(size);
-    if (auto r = api.get_cubin(prog, reinterpret_cast<char*>(c->cubin.data())); r != NVRTC_SUCCESS)
-      return unexpected(failure(compile_failure_kind::internal,
-                                fmt::format("nvrtcGetCUBIN failed: {}", api.get_error_string(r)), std::move(log)));
+    const auto* bytes = reinterpret_cast<const std::byte*>(reply->cubin.data());
+    c->cubin.assign(bytes, bytes + reply->cubin.size());
     c->kernels = parse_ptxas_info(log);
     c->log = std::move(log);
-    c->seconds = secs;
+    c->seconds = reply->seconds;
     c->key = key;
     return std::shared_ptr<const compiled>(std::move(c));
   }
@@ -262,7 +216,15 @@ struct compiler_state {
     result theirs = mine;
     bool disk_hit = false;
     try {
-      std::shared_ptr<compiled> from_disk = disk ? disk->load(key) : nullptr;
+      std::shared_ptr<compiled> from_disk;
+      if (disk) {
+        auto loaded = disk->load(key);
+        if (loaded.rejected) {
+          std::lock_guard lock(mutex);
+          ++stats.disk_entries_rejected;
+        }
+        from_disk = std::move(loaded.entry);
+      }
       if (from_disk) {
         disk_hit = true;
         mine = theirs = std::shared_ptr<const compiled>(std::move(from_disk));
@@ -328,6 +290,8 @@ compiler_stats compiler::stats() const {
 }
 
 const compiler_config& compiler::config() const noexcept { return state_->config; }
+
+std::string compiler::sandbox() const { return state_->helpers.sandbox(); }
 
 expected<std::string, compile_failure> compiler::nvrtc_version() {
   const auto& api = detail::load_nvrtc();

@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -31,22 +33,26 @@ bool resolve(void* lib, const char* symbol, Fn& out, std::string& missing) {
   return out != nullptr;
 }
 
-expected<const nvrtc_api*, error> load() {
-  // NVRTC 12.9+ keeps its own compile cache (under ~/.nv/ComputeCache). A
-  // compile answered from it skips ptxas, so the log loses the ptxas report
-  // (registers, spills, shared memory) that feedback needs. specgen caches
-  // cubins itself, so NVRTC's cache is switched off, unless the user set
-  // CUDA_CACHE_DISABLE explicitly. Seen on an H200 with NVRTC 13.0: the second
-  // compile of a source returned an empty log.
-  setenv("CUDA_CACHE_DISABLE", "1", /*overwrite=*/0);
-  const auto [lib, loaded, tried, last_error] = detail::open_first(candidate_libraries());
+/// The absolute path of the library that defines `symbol`.
+std::string path_of(const void* symbol, const std::string& fallback) {
+  Dl_info info{};
+  if (::dladdr(symbol, &info) == 0 || !info.dli_fname || !*info.dli_fname) return fallback;
+  std::error_code ec;
+  auto canonical = std::filesystem::canonical(info.dli_fname, ec);
+  return ec ? std::string(info.dli_fname) : canonical.string();
+}
+
+}  // namespace
+
+expected<nvrtc_api, error> open_nvrtc(const std::vector<std::string>& libraries) {
+  const auto [lib, loaded, tried, last_error] = detail::open_first(libraries);
   if (!lib)
     return unexpected(error{fmt::format(
         "NVRTC is not available: could not load {} ({}); install the CUDA Toolkit's NVRTC or set "
         "SPECGEN_NVRTC_LIBRARY to the path of libnvrtc.so",
         tried, last_error)});
 
-  static nvrtc_api api;
+  nvrtc_api api;
   std::string missing;
   resolve(lib, "nvrtcGetErrorString", api.get_error_string, missing);
   resolve(lib, "nvrtcVersion", api.version, missing);
@@ -68,7 +74,30 @@ expected<const nvrtc_api*, error> load() {
   if (api.version(&major, &minor) != NVRTC_SUCCESS)
     return unexpected(error{fmt::format("NVRTC is not available: nvrtcVersion failed in {}", loaded)});
   api.version_string = fmt::format("{}.{}", major, minor);
-  api.library = loaded;
+  api.library = path_of(reinterpret_cast<const void*>(api.version), loaded);
+
+  // RTLD_GLOBAL: NVRTC's own dlopen by name must find it among the loaded objects.
+  const auto builtins = std::filesystem::path(api.library).parent_path() /
+                        fmt::format("libnvrtc-builtins.so.{}.{}", major, minor);
+  if (std::error_code ec; std::filesystem::is_regular_file(builtins, ec) &&
+                          ::dlopen(builtins.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr)
+    api.builtins = builtins.string();
+  return api;
+}
+
+namespace {
+
+expected<const nvrtc_api*, error> load() {
+  // NVRTC 12.9+ keeps its own compile cache (under ~/.nv/ComputeCache). A
+  // compile answered from it skips ptxas, so the log loses the ptxas report
+  // (registers, spills, shared memory) that feedback needs. specgen caches
+  // cubins itself, so NVRTC's cache is switched off, unless the user set
+  // CUDA_CACHE_DISABLE explicitly. Seen on an H200 with NVRTC 13.0: the second
+  // compile of a source returned an empty log.
+  setenv("CUDA_CACHE_DISABLE", "1", /*overwrite=*/0);
+  auto opened = open_nvrtc(candidate_libraries());
+  if (!opened) return unexpected(opened.error());
+  static const nvrtc_api api = std::move(*opened);
   return &api;
 }
 

@@ -7,6 +7,7 @@
 #include <nvrtc.h>
 
 #include <string>
+#include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
 namespace gpu::detail {
@@ -23,8 +24,16 @@ struct nvrtc_api {
   decltype(&::nvrtcGetProgramLog) get_program_log = nullptr;
   decltype(&::nvrtcSetFlowCallback) set_flow_callback = nullptr;
   std::string version_string;  ///< "major.minor"
-  std::string library;         ///< the file that was loaded
+  std::string library;         ///< the file that was loaded, as an absolute path where it can be found
+  std::string builtins;        ///< the builtins library loaded beside it (empty: left to the loader)
 };
+
+/// Loads the first of `libraries` that dlopen accepts and resolves the API.
+/// NVRTC opens its builtins library (libnvrtc-builtins.so.MAJOR.MINOR) by
+/// name at its first compile, which fails where the toolkit's library folder
+/// is not on the loader's path; so the one beside the loaded libnvrtc is
+/// loaded here first, by its full path, and NVRTC then finds it loaded.
+expected<nvrtc_api, error> open_nvrtc(const std::vector<std::string>& libraries);
 
 /// The process-wide NVRTC, loaded on the first call (thread-safe); later calls
 /// return the same outcome. Honours $SPECGEN_NVRTC_LIBRARY.

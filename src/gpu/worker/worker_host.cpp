@@ -23,6 +23,24 @@ extern char** environ;
 SPECGEN_BEGIN_NAMESPACE
 namespace gpu {
 
+std::vector<std::string> detail::worker_environment(const std::vector<std::string>& parent) {
+  static constexpr std::string_view kept_prefixes[] = {
+      "CUDA_", "NVIDIA_", "__NV_", "SPECGEN_", "FAKECUDA_", "ASAN_", "UBSAN_", "LSAN_", "TSAN_", "LC_"};
+  static constexpr std::string_view kept_names[] = {"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "HOME", "TMPDIR", "LANG", "TZ"};
+  std::vector<std::string> out;
+  for (const auto& e : parent) {
+    const std::string_view entry = e;
+    const std::string_view name = entry.substr(0, entry.find('='));
+    // The host sets these per worker.
+    if (name == "SPECGEN_WORKER_DEVICE" || name.starts_with("SPECGEN_WORKER_BULK")) continue;
+    bool keep = false;
+    for (auto p : kept_prefixes) keep = keep || name.starts_with(p);
+    for (auto n : kept_names) keep = keep || name == n;
+    if (keep) out.push_back(e);
+  }
+  return out;
+}
+
 namespace detail {
 
 using steady = std::chrono::steady_clock;
@@ -234,11 +252,9 @@ expected<void, worker_failure> worker_host::spawn_locked() {
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 
-  std::vector<std::string> env_store;
-  for (char** e = environ; e && *e; ++e)
-    if (!std::string_view(*e).starts_with("SPECGEN_WORKER_DEVICE=") &&
-        !std::string_view(*e).starts_with("SPECGEN_WORKER_BULK"))
-      env_store.emplace_back(*e);
+  std::vector<std::string> parent;
+  for (char** e = environ; e && *e; ++e) parent.emplace_back(*e);
+  std::vector<std::string> env_store = detail::worker_environment(parent);
   env_store.push_back(fmt::format("SPECGEN_WORKER_DEVICE={}", config_.device));
   if (proc->bulk) {
     env_store.push_back(fmt::format("SPECGEN_WORKER_BULK_FD={}", detail::bulk_fd_in_worker));

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,8 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <stdexcept>
+#include <string_view>
 
 namespace gpu = specgen::gpu;
 namespace fs = std::filesystem;
@@ -42,6 +45,9 @@ struct temp_dir {
   temp_dir(const temp_dir&) = delete;  // owns the directory
   temp_dir& operator=(const temp_dir&) = delete;
 };
+
+/// Where the disk cache keeps `key`'s entry.
+fs::path entry_file(const fs::path& dir, const std::string& key) { return dir / key.substr(0, 2) / (key + ".entry"); }
 
 bool starts_with_elf_magic(const std::vector<std::byte>& b) {
   return b.size() > 4 && b[0] == std::byte{0x7f} && b[1] == std::byte{'E'} && b[2] == std::byte{'L'} &&
@@ -99,7 +105,7 @@ TEST_CASE("a vector add compiles to a cubin with its registers reported, and aga
   REQUIRE(second.has_value());
   CHECK((*second)->cache_hit);
   CHECK((*second)->cubin == c.cubin);
-  CHECK(nvrtc.stats() == gpu::compiler_stats{.compilations = 1, .memory_hits = 1});
+  CHECK(nvrtc.stats() == gpu::compiler_stats{.compilations = 1, .memory_hits = 1, .helpers_started = 1});
 
   // A different option is a different key: no stale cubin for changed flags.
   auto fast = nvrtc.cache_key(vector_add, {.options = {"-use_fast_math"}});
@@ -126,7 +132,7 @@ TEST_CASE("an architecture without a cubin (compute_XX) is refused with what to 
   CHECK(r.error().message.find("sm_90a") != std::string::npos);
 }
 
-TEST_CASE("a fresh compiler with the same cache dir hits the disk, and a truncated cubin is recompiled") {
+TEST_CASE("a fresh compiler with the same cache dir hits the disk, and a truncated entry is recompiled") {
   if (!nvrtc_ready()) return;
   temp_dir dir;
   const gpu::compile_options opts{.line_info = false};
@@ -139,8 +145,8 @@ TEST_CASE("a fresh compiler with the same cache dir hits the disk, and a truncat
     cubin = (*r)->cubin;
     key = (*r)->key;
   }
-  const fs::path cubin_file = dir.path / key.substr(0, 2) / (key + ".cubin");
-  REQUIRE(fs::file_size(cubin_file) == cubin.size());
+  const fs::path entry = entry_file(dir.path, key);
+  REQUIRE(fs::file_size(entry) > cubin.size());
   {
     gpu::compiler reader({.cache_dir = dir.path.string(), .threads = 1});
     auto r = reader.compile(vector_add, opts);
@@ -151,14 +157,148 @@ TEST_CASE("a fresh compiler with the same cache dir hits the disk, and a truncat
     CHECK((*r)->kernels[0].registers > 0);
     CHECK(reader.stats() == gpu::compiler_stats{.disk_hits = 1});
   }
-  fs::resize_file(cubin_file, cubin.size() / 2);
+  const auto whole = fs::file_size(entry);
+  fs::resize_file(entry, whole - cubin.size() / 2);
   {
     gpu::compiler repairer({.cache_dir = dir.path.string(), .threads = 1});
     auto r = repairer.compile(vector_add, opts);
     REQUIRE(r.has_value());
     CHECK_FALSE((*r)->cache_hit);
     CHECK(repairer.stats().compilations == 1);
-    CHECK(fs::file_size(cubin_file) == cubin.size());
+    CHECK(repairer.stats().disk_entries_rejected == 1);
+    CHECK(fs::file_size(entry) == whole);
+  }
+}
+
+namespace {
+
+/// Compiles `source` through a fresh compiler on `dir` and says whether the
+/// disk answered, checking that whatever came back is the source's own cubin.
+struct cache_probe {
+  bool hit = false;
+  std::uint64_t rejected = 0;
+};
+cache_probe probe(const fs::path& dir, const char* source, const std::vector<std::byte>& expected_cubin) {
+  gpu::compiler c({.cache_dir = dir.string(), .threads = 1});
+  auto r = c.compile(source, {.line_info = false});
+  REQUIRE(r.has_value());
+  CHECK((*r)->cubin == expected_cubin);
+  return {.hit = (*r)->cache_hit, .rejected = c.stats().disk_entries_rejected};
+}
+
+constexpr const char* scale = R"(
+extern "C" __global__ void scale(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 3.0f;
+}
+)";
+
+/// Overwrites `n` bytes of `file` at `offset` with `with`, keeping its size.
+void overwrite(const fs::path& file, std::size_t offset, std::string_view with) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(with.data(), static_cast<std::streamsize>(with.size()));
+}
+
+std::string read_all(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+TEST_CASE("a disk cache entry that was swapped, edited or replaced is a miss, never a hit") {
+  if (!nvrtc_ready()) return;
+  temp_dir dir;
+  std::vector<std::byte> add_cubin, scale_cubin;
+  std::string add_key, scale_key;
+  {
+    gpu::compiler writer({.cache_dir = dir.path.string(), .threads = 1});
+    auto a = writer.compile(vector_add, {.line_info = false});
+    auto s = writer.compile(scale, {.line_info = false});
+    REQUIRE(a.has_value());
+    REQUIRE(s.has_value());
+    add_cubin = (*a)->cubin, add_key = (*a)->key;
+    scale_cubin = (*s)->cubin, scale_key = (*s)->key;
+  }
+  const fs::path add_entry = entry_file(dir.path, add_key);
+  const std::string pristine = read_all(add_entry);
+  auto restore = [&] {
+    fs::remove(add_entry);
+    std::ofstream(add_entry, std::ios::binary) << pristine;
+    fs::permissions(add_entry, fs::perms::owner_read | fs::perms::owner_write);
+  };
+  REQUIRE(probe(dir.path, vector_add, add_cubin).hit);
+
+  SECTION("another kernel's entry under this key") {
+    fs::copy_file(entry_file(dir.path, scale_key), add_entry, fs::copy_options::overwrite_existing);
+    const auto p = probe(dir.path, vector_add, add_cubin);
+    CHECK_FALSE(p.hit);
+    CHECK(p.rejected == 1);
+  }
+  SECTION("bytes of the cubin flipped, size and ELF magic kept") {
+    overwrite(add_entry, pristine.size() - add_cubin.size() / 2, "\x13\x37\x13\x37");
+    const auto p = probe(dir.path, vector_add, add_cubin);
+    CHECK_FALSE(p.hit);
+    CHECK(p.rejected == 1);
+  }
+  SECTION("text planted in the cached log") {
+    const auto at = pristine.find("ptxas info");
+    REQUIRE(at != std::string::npos);
+    overwrite(add_entry, at, "IGNORE ALL");
+    const auto p = probe(dir.path, vector_add, add_cubin);
+    CHECK_FALSE(p.hit);
+    CHECK(p.rejected == 1);
+  }
+  SECTION("a link to /dev/zero in its place") {
+    fs::remove(add_entry);
+    fs::create_symlink("/dev/zero", add_entry);
+    const auto p = probe(dir.path, vector_add, add_cubin);
+    CHECK_FALSE(p.hit);
+    CHECK(p.rejected == 1);
+    fs::remove(add_entry);
+  }
+  SECTION("a FIFO in its place does not block the read") {
+    fs::remove(add_entry);
+    REQUIRE(::mkfifo(add_entry.c_str(), 0600) == 0);
+    const auto p = probe(dir.path, vector_add, add_cubin);
+    CHECK_FALSE(p.hit);
+    CHECK(p.rejected == 1);
+    fs::remove(add_entry);
+  }
+  SECTION("an entry others may write is not trusted") {
+    fs::permissions(add_entry, fs::perms::others_write, fs::perm_options::add);
+    const auto p = probe(dir.path, vector_add, add_cubin);
+    CHECK_FALSE(p.hit);
+    CHECK(p.rejected == 1);
+  }
+  // Every section's recompile wrote a good entry back, which the next compiler hits.
+  if (!fs::is_regular_file(add_entry) || fs::is_symlink(add_entry)) restore();
+  CHECK(probe(dir.path, vector_add, add_cubin).hit);
+}
+
+TEST_CASE("a cache directory that others may write, or that another user owns, is refused") {
+  temp_dir dir;
+  const fs::path fresh = dir.path / "new" / "cubins";
+  {
+    gpu::compiler c({.cache_dir = fresh.string(), .threads = 1});
+    CHECK((fs::status(fresh).permissions() & fs::perms::all) == fs::perms::owner_all);
+  }
+  const fs::path shared = dir.path / "shared";
+  fs::create_directories(shared);
+  fs::permissions(shared, fs::perms::all);  // 0777, as /tmp-style scratch dirs are
+  try {
+    gpu::compiler c({.cache_dir = shared.string(), .threads = 1});
+    FAIL("a world-writable cache directory was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(e.what(), Catch::Contains("may write") && Catch::Contains("chmod go-w"));
+  }
+  if (::geteuid() == 0) {  // only root can give a directory away
+    const fs::path theirs = dir.path / "theirs";
+    fs::create_directories(theirs);
+    fs::permissions(theirs, fs::perms::owner_all);
+    REQUIRE(::chown(theirs.c_str(), 65534, 65534) == 0);
+    CHECK_THROWS_WITH(gpu::compiler({.cache_dir = theirs.string(), .threads = 1}), Catch::Contains("belongs to user 65534"));
   }
 }
 

@@ -250,3 +250,12 @@ TEST_CASE("worker_config round-trips through JSON with durations in nanoseconds"
   CHECK(partial.program == "w");
   CHECK(partial.heartbeat_interval == std::chrono::milliseconds(100));
 }
+
+TEST_CASE("a worker inherits only what CUDA, the loader and specgen read, never other secrets") {
+  const auto env = detail::worker_environment({"OPENAI_API_KEY=sk-secret", "MY_TOKEN=t", "PATH=/usr/bin",
+                                               "CUDA_VISIBLE_DEVICES=1", "LD_LIBRARY_PATH=/opt/cuda/lib64",
+                                               "SPECGEN_WORKER_DEVICE=7", "SPECGEN_WORKER_INPUT_CACHE_MB=64",
+                                               "HOME=/root", "NVIDIA_VISIBLE_DEVICES=all"});
+  CHECK(env == std::vector<std::string>{"PATH=/usr/bin", "CUDA_VISIBLE_DEVICES=1", "LD_LIBRARY_PATH=/opt/cuda/lib64",
+                                        "SPECGEN_WORKER_INPUT_CACHE_MB=64", "HOME=/root", "NVIDIA_VISIBLE_DEVICES=all"});
+}

@@ -1,0 +1,273 @@
+// The compile sandbox: a model-written source reaches the CUDA Toolkit's
+// headers and the caller's include dirs, and nothing else of the host. Each
+// layer (the empty environment, the file guard, Landlock) is shown to hold on
+// its own, through wrapper scripts standing in for the helper program.
+#include <specgen/gpu/compiler.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gpu = specgen::gpu;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool nvrtc_ready() {
+  auto v = gpu::compiler::nvrtc_version();
+  if (!v) WARN("NVRTC not available, skipping: " << v.error().message);
+  return v.has_value();
+}
+
+struct temp_dir {
+  fs::path path = fs::temp_directory_path() /
+                  ("specgen-sandbox-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
+  temp_dir() { fs::create_directories(path); }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  temp_dir(const temp_dir&) = delete;  // owns the directory
+  temp_dir& operator=(const temp_dir&) = delete;
+};
+
+void write_file(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// The helper program the compiler would start, wrapped in a shell script
+/// that runs `before` and then the helper with `extra` arguments (and
+/// through `loader`, when given).
+std::string wrapper(const fs::path& dir, const std::string& name, const std::string& before, const std::string& extra,
+                    const std::string& loader = {}) {
+  const fs::path script = dir / name;
+  write_file(script, "#!/bin/sh\n" + before + "\nexec " + loader + " '" + std::string(SPECGEN_NVRTC_HELPER) +
+                         "' \"$@\" " + extra + "\n");
+  fs::permissions(script, fs::perms::owner_all);
+  return script.string();
+}
+
+constexpr const char* secret_text = "SPECGEN_PLANTED_SECRET_7f3a9";
+constexpr const char* kernel = "\nextern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n";
+
+/// A file outside every allowed directory holding `secret_text`, a directory
+/// the caller allows, and in it a header of its own and a link out.
+struct host_files {
+  temp_dir dir;
+  fs::path secret = dir.path / "outside" / "secret.h";
+  fs::path allowed = dir.path / "include";
+  host_files() {
+    fs::create_directories(secret.parent_path());
+    fs::create_directories(allowed);
+    write_file(secret, std::string(secret_text) + "\n");
+    write_file(allowed / "mine.h", "#define SPECGEN_MINE 42\n");
+    fs::create_symlink(secret, allowed / "link_out.h");
+  }
+};
+
+/// The sources of an attack on the host's files, each of which must fail to
+/// compile without echoing what it reached for.
+std::vector<std::string> reads_of_the_host(const host_files& f) {
+  std::string up;
+  for (int i = 0; i < 24; ++i) up += "../";  // from the toolkit's include dir to "/" and beyond
+  return {"#include \"/proc/self/environ\"" + std::string(kernel),
+          "#include \"/etc/passwd\"" + std::string(kernel),
+          "#include \"" + f.secret.string() + "\"" + kernel,
+          "#include <" + up + f.secret.relative_path().string() + ">" + kernel,
+          "#include \"link_out.h\"" + std::string(kernel),
+          "#include \"/proc/self/fd/0\"" + std::string(kernel)};
+}
+
+/// Checks that every read of the host fails and the log echoes none of it,
+/// that `__has_include` cannot tell a host file from a missing one, and that
+/// toolkit and allowed headers still work.
+void check_boundary(gpu::compiler& c, const host_files& f) {
+  const gpu::compile_options opts{.include_dirs = {f.allowed.string()}};
+  for (const auto& source : reads_of_the_host(f)) {
+    INFO(source);
+    auto r = c.compile(source, opts);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().kind == gpu::compile_failure_kind::compile_error);
+    CHECK(r.error().log.find(secret_text) == std::string::npos);
+    CHECK(r.error().log.find("SPECGEN_TEST_API_KEY") == std::string::npos);
+    CHECK(r.error().log.find("root:") == std::string::npos);
+    CHECK(r.error().log.find("cannot open source file") != std::string::npos);
+  }
+  // The existence oracle: a host file looks exactly as absent as a missing one.
+  auto probe = c.compile("#if __has_include(\"" + f.secret.string() + "\") || __has_include(\"/etc/passwd\")\n" +
+                             "#error the host is visible\n#endif\n" + kernel,
+                         opts);
+  INFO((probe ? std::string() : probe.error().log));
+  CHECK(probe.has_value());
+
+  auto allowed = c.compile(std::string("#include <cuda_fp16.h>\n#include <cuda/std/cstdint>\n#include \"mine.h\"\n") +
+                               "#if SPECGEN_MINE != 42\n#error\n#endif\n" + kernel,
+                           opts);
+  INFO((allowed ? std::string() : allowed.error().log));
+  CHECK(allowed.has_value());
+  CHECK(c.stats().denied_file_accesses > 0);
+}
+
+/// Sets an environment variable for the test's duration.
+struct scoped_env {
+  std::string name;
+  scoped_env(std::string n, const char* value) : name(std::move(n)) { ::setenv(name.c_str(), value, 1); }
+  ~scoped_env() { ::unsetenv(name.c_str()); }
+  scoped_env(const scoped_env&) = delete;  // restores on destruction
+  scoped_env& operator=(const scoped_env&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("a source cannot read the host's files or environment, nor probe for them") {
+  if (!nvrtc_ready()) return;
+  scoped_env key("SPECGEN_TEST_API_KEY", secret_text);
+  host_files f;
+  gpu::compiler c({.threads = 1});
+  check_boundary(c, f);
+  INFO(c.sandbox());
+  CHECK(c.sandbox().find("empty environment") != std::string::npos);
+}
+
+TEST_CASE("the file guard alone holds the boundary where Landlock is missing") {
+  if (!nvrtc_ready()) return;
+  scoped_env key("SPECGEN_TEST_API_KEY", secret_text);
+  host_files f;
+  gpu::compiler c({.threads = 1, .helper_program = wrapper(f.dir.path, "guard-only", "", "--no-landlock")});
+  check_boundary(c, f);
+  CHECK(c.sandbox().find("file guard") != std::string::npos);
+  CHECK(c.sandbox().find("Landlock (ABI") == std::string::npos);
+}
+
+TEST_CASE("Landlock alone holds the boundary where the kernel has it") {
+  if (!nvrtc_ready()) return;
+  {
+    gpu::compiler probe({.threads = 1});
+    REQUIRE(probe.compile(kernel).has_value());
+    if (probe.sandbox().find("Landlock (ABI") == std::string::npos) {
+      WARN("Landlock is not available here, skipping: " << probe.sandbox());
+      return;
+    }
+  }
+  scoped_env key("SPECGEN_TEST_API_KEY", secret_text);
+  host_files f;
+  gpu::compiler c({.threads = 1, .helper_program = wrapper(f.dir.path, "landlock-only", "", "--no-guard")});
+  // Without the guard NVRTC sees "permission denied" where the guard says "no such file",
+  // so only the reads are checked here, not the __has_include oracle.
+  const gpu::compile_options opts{.include_dirs = {f.allowed.string()}};
+  for (const auto& source : reads_of_the_host(f)) {
+    INFO(source);
+    auto r = c.compile(source, opts);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().log.find(secret_text) == std::string::npos);
+    CHECK(r.error().log.find("root:") == std::string::npos);
+  }
+  CHECK(c.compile("#include <cuda_fp16.h>\n#include \"mine.h\"\n" + std::string(kernel), opts).has_value());
+}
+
+TEST_CASE("the helper runs with an environment of its own, not the caller's") {
+  if (!nvrtc_ready()) return;
+  scoped_env key("SPECGEN_TEST_API_KEY", secret_text);
+  temp_dir dir;
+  const fs::path seen = dir.path / "env.txt";
+  gpu::compiler c({.threads = 1, .helper_program = wrapper(dir.path, "env", "env > '" + seen.string() + "'", "")});
+  REQUIRE(c.compile(kernel).has_value());
+  const std::string env = read_all(seen);
+  CHECK(env.find("SPECGEN_TEST_API_KEY") == std::string::npos);
+  CHECK(env.find(secret_text) == std::string::npos);
+  CHECK(env.find("CUDA_CACHE_DISABLE=1") != std::string::npos);
+}
+
+TEST_CASE("a helper killed mid-compile is an internal failure, and the next compile starts a new one") {
+  if (!nvrtc_ready()) return;
+  temp_dir dir;
+  const fs::path pid_file = dir.path / "helper.pid";
+  // The wrapper records its pid; exec keeps it for the helper.
+  gpu::compiler c({.threads = 1, .helper_program = wrapper(dir.path, "record-pid", "echo $$ > '" + pid_file.string() + "'", "")});
+  const std::string slow = R"(
+template <int K, int N, int M> struct G { static constexpr long v = G<K, N - 1, M>::v + G<K, N, M - 1>::v; };
+template <int K, int M> struct G<K, 0, M> { static constexpr long v = 1; };
+template <int K, int N> struct G<K, N, 0> { static constexpr long v = 1; };
+extern "C" __global__ void k(long* o) { *o = G<0, 100, 100>::v + G<1, 100, 100>::v; }
+)";
+  std::mutex m;
+  std::condition_variable cv;
+  std::optional<gpu::compiler::result> got;
+  c.compile_async(slow, {.deadline = specgen::seconds(60)}, [&](gpu::compiler::result r) {
+    std::lock_guard lock(m);
+    got = std::move(r);
+    cv.notify_one();
+  });
+  // Wait for the helper to start compiling, then kill it.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs::exists(pid_file) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  REQUIRE(fs::exists(pid_file));
+  const pid_t pid = std::stoi(read_all(pid_file));
+  REQUIRE(::kill(pid, SIGKILL) == 0);
+  {
+    std::unique_lock lock(m);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return got.has_value(); }));
+  }
+  REQUIRE_FALSE(got->has_value());
+  CHECK(got->error().kind == gpu::compile_failure_kind::internal);
+  CHECK_THAT(got->error().message, Catch::Contains("signal 9"));
+
+  auto next = c.compile(kernel);
+  INFO((next ? std::string() : next.error().message + "\n" + next.error().log));
+  REQUIRE(next.has_value());
+  CHECK(c.stats().helpers_started == 2);
+}
+
+TEST_CASE("the helper finds NVRTC's builtins without the loader's cache or path") {
+  if (!nvrtc_ready()) return;
+  // The loader this program runs under, with its cache switched off: only the
+  // system's default directories are searched, as on a machine whose toolkit
+  // folder was never registered with ldconfig.
+  std::string loader;
+  {
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line);)
+      if (auto at = line.find('/'); at != std::string::npos && line.find("/ld-linux") != std::string::npos) {
+        loader = line.substr(at);
+        break;
+      }
+  }
+  if (loader.empty()) {
+    WARN("cannot find this program's dynamic loader, skipping");
+    return;
+  }
+  temp_dir dir;
+  gpu::compiler c({.threads = 1, .helper_program = wrapper(dir.path, "no-cache", "unset LD_LIBRARY_PATH", "",
+                                                           "'" + loader + "' --inhibit-cache")});
+  auto r = c.compile("#include <cuda_fp16.h>\n" + std::string(kernel));
+  INFO((r ? std::string() : r.error().message + "\n" + r.error().log));
+  CHECK(r.has_value());
+}
+
+TEST_CASE("a helper program that cannot be run makes compiles unavailable, with what to do") {
+  if (!nvrtc_ready()) return;
+  gpu::compiler c({.threads = 1, .helper_program = "/nonexistent/specgen-nvrtc"});
+  auto r = c.compile(kernel);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().kind == gpu::compile_failure_kind::unavailable);
+  CHECK_THAT(r.error().message, Catch::Contains("SPECGEN_NVRTC_HELPER"));
+}
