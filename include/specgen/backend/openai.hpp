@@ -16,6 +16,12 @@
 /// interface); everything reaches the engine through `executor::post`, so the
 /// loop must run in real time (`steady_clock`).
 ///
+/// The server is not trusted: what it can make the client hold and how long
+/// it can make it wait are bounded (the `max_*_bytes` and `*_timeout_s`
+/// fields), and every message the backend emits has the API key, the
+/// credentials of `base_url` and those of any URL removed (`redact_url`),
+/// also where it quotes the server. docs/backends.md, "Trust boundary".
+///
 /// @code
 ///   specgen::event_loop<specgen::steady_clock> loop;
 ///   auto model = specgen::openai::openai_backend::create(
@@ -105,14 +111,36 @@ struct openai_config {
   /// Overrides of the preset's fields, e.g. `{"answer_cue": "\n\n"}`.
   nlohmann::json family = nlohmann::json::object();
   /// Name of the environment variable holding the API key; "" sends none.
+  /// The key must not hold control characters (they would end the header).
   std::string api_key_env{};
+  /// Connecting (TCP and TLS). A connection that times out is not retried.
   double connect_timeout_s = 10;
-  /// A stream that receives nothing for this long ends with an error. Covers
-  /// the wait for the first token too, so leave room for queueing.
+  /// How long the server may take to answer: a plain request (the probe,
+  /// tokenizing, an abort) must be answered whole within `connect_timeout_s`
+  /// + this; a stream must get its response headers within this of being
+  /// sent. A stream still without headers then (SGLang sends none until the
+  /// request's first token, so a queued request waits here) is kept while
+  /// the server answers `GET /v1/models` like a plain request; otherwise it
+  /// ends with an error.
+  double response_timeout_s = 10;
+  /// A stream that makes no progress for this long ends with an error.
+  /// Progress is text, token ids, a growing usage count or a finish reason;
+  /// SSE comments and empty events (keep-alives) are not. Covers the wait
+  /// for the first token too (queueing and prefill), so leave room for them.
   double idle_timeout_s = 300;
+  /// The longest SSE line, and the most data one SSE event may carry. A
+  /// stream that sends more ends with an error that names this field.
+  std::uint64_t max_event_bytes = std::uint64_t{8} << 20;
+  /// The largest answer a plain request (model list, tokenize) may have.
+  std::uint64_t max_response_bytes = std::uint64_t{16} << 20;
+  /// The most text and token ids one request (a stream, or all samples of a
+  /// fork) may deliver; bounds what a server ignoring max_tokens can make
+  /// the client hold.
+  std::uint64_t max_stream_bytes = std::uint64_t{64} << 20;
   int max_streams = 64;  ///< requests in flight (a K-sample fork counts once)
-  /// Retries of a request that got 429, 5xx or a failed connection before
-  /// its first token. After the first token an error ends the stream.
+  /// Retries of a request that got 429, 5xx or a broken connection (refused,
+  /// reset, closed; a timeout is not retried) before its first token. After
+  /// the first token an error ends the stream.
   int max_retries = 5;
   double retry_initial_s = 0.5;  ///< first backoff, doubled per retry; a Retry-After header wins
   double retry_max_s = 30;       ///< cap on one backoff
@@ -143,7 +171,11 @@ struct openai_config {
     f("family", s.family);
     f("api_key_env", s.api_key_env);
     f("connect_timeout_s", s.connect_timeout_s);
+    f("response_timeout_s", s.response_timeout_s);
     f("idle_timeout_s", s.idle_timeout_s);
+    f("max_event_bytes", s.max_event_bytes);
+    f("max_response_bytes", s.max_response_bytes);
+    f("max_stream_bytes", s.max_stream_bytes);
     f("max_streams", s.max_streams);
     f("max_retries", s.max_retries);
     f("retry_initial_s", s.retry_initial_s);
@@ -161,7 +193,16 @@ struct openai_config {
 
 /// Reads a configuration (unknown keys, wrong types and invalid values are errors).
 [[nodiscard]] expected<openai_config, error> config_from_json(const nlohmann::json& j);
+/// The configuration as JSON, `base_url` as given (credentials included):
+/// print or store `redact_url(c.base_url)` instead of it.
 [[nodiscard]] nlohmann::json to_json(const openai_config& c);
+
+/// `url` safe to print: the user name and password (`http://user:KEY@host`
+/// becomes `http://***@host`) and the values of query and fragment
+/// parameters whose names look like credentials (`api_key`, `key`,
+/// `access_token`, `token`, `secret`, `password`, `auth`, `sig`, ...) are
+/// replaced by `***`. Everything the backend itself says is redacted already.
+[[nodiscard]] std::string redact_url(std::string_view url);
 
 /// What `create` found out about the server.
 struct server_info {
@@ -173,6 +214,7 @@ struct server_info {
   std::vector<token_id> fork_suffix{};
   std::vector<token_id> think_open{};  ///< ids of `think_open` (see docs/backends.md, "Token ids")
   std::string token_ids_note{};        ///< why forks cannot use token ids, when they cannot
+  std::string base_url{};              ///< the server root, credentials redacted (`redact_url`)
 };
 
 /// Counters since `create`. Cheap to read from any thread.

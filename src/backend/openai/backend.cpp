@@ -3,6 +3,7 @@
 // thread only, except the counters (atomics) and `client_` (thread-safe).
 #include "config.hpp"
 #include "http.hpp"
+#include "redact.hpp"
 #include "wire.hpp"
 
 #include <specgen/backend/openai.hpp>
@@ -75,6 +76,7 @@ struct openai_backend::impl {
 
   executor& exec;
   openai_config cfg;
+  detail::scrubber scrub;     ///< every message to the engine passes through it
   detail::dialect dialect{};  ///< set once the server kind is known
   server_info info;
   std::string rid_prefix;
@@ -87,7 +89,8 @@ struct openai_backend::impl {
   std::shared_ptr<int> alive = std::make_shared<int>(0);
   std::unique_ptr<detail::http_client> client;  // last: its thread stops first
 
-  impl(executor& e, openai_config c, detail::client_options o) : exec(e), cfg(std::move(c)) {
+  impl(executor& e, openai_config c, detail::client_options o, detail::scrubber s)
+      : exec(e), cfg(std::move(c)), scrub(std::move(s)) {
     rid_prefix = fmt::format("specgen-{:x}-{:x}", static_cast<unsigned>(::getpid()),
                              static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) & 0xffffffu);
     client = std::make_unique<detail::http_client>(std::move(o), [this, w = std::weak_ptr<int>(alive)](delivery_batch&& b) {
@@ -102,6 +105,10 @@ struct openai_backend::impl {
     alive.reset();
   }
 
+  [[nodiscard]] backend_error refusal(std::string_view message, bool retryable) const {
+    return backend_error{scrub.clean(message), retryable};
+  }
+
   [[nodiscard]] detail::abort_request abort_of(const std::string& rid) const {
     if (dialect.abort_path.empty()) return {};
     return {.path = dialect.abort_path, .body = nlohmann::json{{"rid", rid}}.dump()};
@@ -109,7 +116,7 @@ struct openai_backend::impl {
 
   expected<void, backend_error> capacity() const {
     if (in_flight >= cfg.max_streams)
-      return unexpected(backend_error{fmt::format("openai: {} requests in flight (max_streams); retry when one ends", in_flight), true});
+      return unexpected(refusal(fmt::format("openai: {} requests in flight (max_streams); retry when one ends", in_flight), true));
     return {};
   }
 
@@ -133,7 +140,7 @@ struct openai_backend::impl {
     r.prompt = q.prompt;
     const std::string rid = fmt::format("{}-{}", rid_prefix, id);
     client->start_stream(id, "/v1/chat/completions", detail::chat_body(dialect, cfg.model, info.family, q, rid), rid,
-                         abort_of(rid), detail::make_main_decoder(id, info.think_open));
+                         abort_of(rid), detail::make_main_decoder(id, info.think_open, cfg.max_stream_bytes));
     ++reasoning_streams;
     return id;
   }
@@ -150,22 +157,22 @@ struct openai_backend::impl {
 
   expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
     if (auto full = capacity(); !full) return unexpected(full.error());
-    if (f.samples < 1) return unexpected(backend_error{fmt::format("openai: a fork needs samples >= 1, got {}", f.samples), false});
+    if (f.samples < 1) return unexpected(refusal(fmt::format("openai: a fork needs samples >= 1, got {}", f.samples), false));
     auto pit = requests.find(f.parent);
     if (pit == requests.end() || pit->second.fork)
-      return unexpected(backend_error{fmt::format("openai: fork parent {} is not a running reasoning stream of this backend", f.parent), false});
+      return unexpected(refusal(fmt::format("openai: fork parent {} is not a running reasoning stream of this backend", f.parent), false));
     const request& p = pit->second;
     const auto& prefix = f.reasoning_prefix;
     if (prefix.size() > p.ids.size() || !std::equal(prefix.begin(), prefix.end(), p.ids.begin())) {
       const auto at = std::mismatch(prefix.begin(), prefix.end(), p.ids.begin(), p.ids.end()).first - prefix.begin();
-      return unexpected(backend_error{fmt::format("openai: fork prefix ({} ids) differs from the {} reasoning ids stream {} "
-                                                  "delivered, at token {}; a fork must carry the exact ids received",
-                                                  prefix.size(), p.ids.size(), f.parent, at), false});
+      return unexpected(refusal(fmt::format("openai: fork prefix ({} ids) differs from the {} reasoning ids stream {} "
+                                            "delivered, at token {}; a fork must carry the exact ids received",
+                                            prefix.size(), p.ids.size(), f.parent, at), false));
     }
     detail::fork_prompt fp;
     const std::string why_text = no_ids_reason(f.parent, p);
     if (cfg.fork_prompt == "token_ids" && !why_text.empty())
-      return unexpected(backend_error{"openai: fork_prompt is \"token_ids\" but " + why_text, false});
+      return unexpected(refusal("openai: fork_prompt is \"token_ids\" but " + why_text, false));
     if (cfg.fork_prompt == "text" || !why_text.empty()) {
       fp.is_text = true;
       fp.text = detail::render_fork_text(info.family, p.system, p.prompt, p.reasoning);
@@ -182,7 +189,7 @@ struct openai_backend::impl {
                          detail::completion_body(dialect, cfg.model, fp, f.samples, f.params, max_tokens, f.ctx.seed, rid), rid,
                          abort_of(rid),
                          detail::make_fork_decoder(id, {.samples = f.samples, .stop_at_closing_fence = cfg.stop_at_closing_fence,
-                                                        .tail_tokens = cfg.fork_tail_tokens}));
+                                                        .tail_tokens = cfg.fork_tail_tokens, .max_bytes = cfg.max_stream_bytes}));
     ++forks;
     ++(fp.is_text ? forks_text : forks_token_ids);
     return id;
@@ -250,7 +257,11 @@ struct openai_backend::impl {
       fork_cached_tokens += e.used.cached_prompt_tokens;
       ++fork_usage_reports;
     }
-    if (e.reason == finish_reason::error) ++stream_errors;
+    if (e.reason == finish_reason::error) {
+      ++stream_errors;
+      // The message may quote the server: no secret, no control character reaches the journal.
+      e.error = scrub.clean(e.error);
+    }
     if (--r.open == 0) {
       requests.erase(it);
       --in_flight;
@@ -275,35 +286,51 @@ expected<std::unique_ptr<openai_backend>, error> openai_backend::create(executor
     return unexpected(error{"openai backend: it talks to a real server, so it needs a real-time loop (event_loop<steady_clock>)"});
   config.base_url = normalized_base_url(config.base_url);
   detail::client_options o{.base_url = config.base_url, .headers = {}, .connect_timeout_s = config.connect_timeout_s,
-                           .idle_timeout_s = config.idle_timeout_s, .max_retries = config.max_retries,
-                           .retry_initial_s = config.retry_initial_s, .retry_max_s = config.retry_max_s};
+                           .response_timeout_s = config.response_timeout_s, .idle_timeout_s = config.idle_timeout_s,
+                           .max_retries = config.max_retries, .retry_initial_s = config.retry_initial_s,
+                           .retry_max_s = config.retry_max_s, .max_event_bytes = config.max_event_bytes,
+                           .max_response_bytes = config.max_response_bytes};
+  std::string key;
   if (!config.api_key_env.empty()) {
-    const char* key = std::getenv(config.api_key_env.c_str());
-    if (!key || !*key)
+    const char* k = std::getenv(config.api_key_env.c_str());
+    if (!k || !*k)
       return unexpected(error{fmt::format("openai backend: api_key_env names ${}, which is not set (or empty)", config.api_key_env)});
-    o.headers.push_back(fmt::format("Authorization: Bearer {}", key));
+    key = k;
+    // A CR or LF in the key would end the Authorization header and start one
+    // of the key's choosing. The message names the variable, never its value.
+    if (detail::has_control_char(key))
+      return unexpected(error{fmt::format("openai backend: the API key in ${} contains a control character (CR, LF or "
+                                          "another byte below 0x20, or DEL), which would corrupt the request's headers; "
+                                          "check the variable's value (a trailing newline from a key file, for example)",
+                                          config.api_key_env)});
+    o.headers.push_back("Authorization: Bearer " + key);
   }
   auto family = resolve_family(config);
   if (!family) return unexpected(error{"openai backend: " + family.error().message});
 
+  detail::scrubber scrub(config.base_url, key);
+  const std::string shown = redact_url(config.base_url);
+  auto fail = [&](std::string_view message) { return unexpected(error{scrub.clean(message)}); };
+
   // The client runs before the server kind is known: the probe needs it.
-  auto p = std::make_unique<impl>(loop, config, std::move(o));
+  auto p = std::make_unique<impl>(loop, config, std::move(o), scrub);
   impl& m = *p;
   m.info.family = std::move(*family);
+  m.info.base_url = shown;
 
   if (config.probe) {
     const detail::plain_result r = m.client->request_sync("GET", "/v1/models", "");
-    if (r.status == 0) return unexpected(error{fmt::format("openai backend: cannot reach {}: {}", config.base_url, r.error)});
+    if (r.status == 0) return fail(fmt::format("openai backend: cannot reach {}: {}", shown, r.error));
     if (r.status == 401 || r.status == 403)
-      return unexpected(error{fmt::format("openai backend: {} refused the API key (HTTP {}{}): {}", config.base_url, r.status,
-                                          config.api_key_env.empty() ? "; no key was sent, set api_key_env" : "",
-                                          detail::error_message_of(r.body))});
+      return fail(fmt::format("openai backend: {} refused the API key (HTTP {}{}): {}", shown, r.status,
+                              config.api_key_env.empty() ? "; no key was sent, set api_key_env" : "",
+                              detail::error_message_of(r.body)));
     if (r.status != 200)
-      return unexpected(error{fmt::format("openai backend: GET {}/v1/models answered HTTP {}: {}", config.base_url, r.status,
-                                          detail::error_message_of(r.body))});
+      return fail(fmt::format("openai backend: GET {}/v1/models answered HTTP {}: {}", shown, r.status,
+                              detail::error_message_of(r.body)));
     const auto j = nlohmann::json::parse(r.body, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array())
-      return unexpected(error{fmt::format("openai backend: GET {}/v1/models is not an OpenAI model list", config.base_url)});
+      return fail(fmt::format("openai backend: GET {}/v1/models is not an OpenAI model list", shown));
     std::string owner;
     for (const auto& e : j["data"]) {
       if (!e.is_object() || !e.contains("id") || !e["id"].is_string()) continue;
@@ -312,8 +339,9 @@ expected<std::unique_ptr<openai_backend>, error> openai_backend::create(executor
         owner = e["owned_by"].get<std::string>();
     }
     if (std::find(m.info.models.begin(), m.info.models.end(), config.model) == m.info.models.end())
-      return unexpected(error{fmt::format("openai backend: {} does not serve \"{}\"; it serves: {}", config.base_url, config.model,
-                                          m.info.models.empty() ? "nothing" : fmt::format("\"{}\"", fmt::join(m.info.models, "\", \"")))});
+      return fail(fmt::format("openai backend: {} does not serve \"{}\"; it serves: {}", shown, config.model,
+                              m.info.models.empty() ? "nothing" : fmt::format("\"{}\"", fmt::join(m.info.models, "\", \""))));
+    for (auto& name : m.info.models) name = scrub.clean(name);  // the server's words: shown to users
     if (config.server == "auto") m.cfg.server = owner == "vllm" || owner == "sglang" ? owner : "openai";
   }
   m.dialect = *detail::dialect_of(m.cfg.server);
@@ -322,7 +350,9 @@ expected<std::unique_ptr<openai_backend>, error> openai_backend::create(executor
   m.cfg.abort_path = m.dialect.abort_path;
 
   if (config.fork_prompt != "text") {
-    if (!config.probe) {
+    if (!m.dialect.chat_token_ids && m.dialect.kind == "sglang") {
+      m.info.token_ids_note = "SGLang streams no token ids with a chat completion: it refuses return_token_ids with stream: true";
+    } else if (!config.probe) {
       m.info.token_ids_note = "probe is off, so the fork suffix was not tokenized";
     } else if (m.dialect.tokenize_path.empty()) {
       m.info.token_ids_note = fmt::format("a \"{}\" server has no tokenize endpoint, so the fork suffix has no ids", m.dialect.kind);
@@ -331,14 +361,15 @@ expected<std::unique_ptr<openai_backend>, error> openai_backend::create(executor
       expected<std::vector<token_id>, error> open = std::vector<token_id>{};
       if (suffix && !m.info.family.think_open.empty()) open = tokenize(*m.client, m.dialect, config.model, m.info.family.think_open);
       if (!suffix || !open) {
-        m.info.token_ids_note = fmt::format("the fork suffix could not be tokenized: {}", (!suffix ? suffix : open).error().message);
+        m.info.token_ids_note =
+            scrub.clean(fmt::format("the fork suffix could not be tokenized: {}", (!suffix ? suffix : open).error().message));
       } else {
         m.info.fork_suffix = std::move(*suffix);
         m.info.think_open = std::move(*open);
       }
     }
     if (config.fork_prompt == "token_ids" && !m.info.token_ids_note.empty())
-      return unexpected(error{"openai backend: fork_prompt is \"token_ids\" but " + m.info.token_ids_note});
+      return fail("openai backend: fork_prompt is \"token_ids\" but " + m.info.token_ids_note);
   }
   return std::unique_ptr<openai_backend>(new openai_backend(std::move(p)));
 }

@@ -1,6 +1,7 @@
 // Model-family presets and the configuration's checks.
 #include "config.hpp"
 
+#include "redact.hpp"
 #include "wire.hpp"
 
 #include <specgen/policy/fields.hpp>
@@ -29,6 +30,8 @@ bool one_of(std::string_view v, const std::array<std::string_view, N>& options) 
 
 constexpr std::array<std::string_view, 4> server_kinds{"auto", "vllm", "sglang", "openai"};
 constexpr std::array<std::string_view, 3> fork_prompts{"auto", "token_ids", "text"};
+/// Below this even a model list or one chunk would not fit.
+constexpr std::uint64_t min_byte_limit = 1024;
 
 std::vector<model_preset> make_presets() {
   const nlohmann::json enable_thinking = {{"chat_template_kwargs", {{"enable_thinking", true}}}};
@@ -105,17 +108,31 @@ const model_preset& preset_for_model(std::string_view model) {
 }
 
 std::string openai_config::invalid() const {
+  // Values that reach a request line or a header: a CR or LF in them would
+  // start a header of its own. The value is not shown, it may hold a secret.
+  for (const auto& [name, value] : {std::pair<std::string_view, std::string_view>{"base_url", base_url}, {"model", model},
+                                    {"abort_path", abort_path}, {"api_key_env", api_key_env}})
+    if (detail::has_control_char(value))
+      return fmt::format("{} contains a control character (CR, LF or another byte below 0x20, or DEL); "
+                         "it would corrupt the HTTP request", name);
+  const std::string shown = redact_url(base_url);
   if (base_url.empty()) return "base_url is empty: give the server's address, e.g. http://127.0.0.1:8000";
   if (!base_url.starts_with("http://") && !base_url.starts_with("https://"))
-    return fmt::format("base_url \"{}\" must start with http:// or https://", base_url);
+    return fmt::format("base_url \"{}\" must start with http:// or https://", shown);
   if (base_url.find_first_not_of('/', base_url.find("//") + 2) == std::string::npos)
-    return fmt::format("base_url \"{}\" has no host", base_url);
+    return fmt::format("base_url \"{}\" has no host", shown);
+  if (base_url.find_first_of("?#") != std::string::npos)
+    return fmt::format("base_url \"{}\" has a query or a fragment: give the server root, the backend appends paths to it", shown);
   if (model.empty()) return "model is empty: give the served model name (GET /v1/models lists them)";
   if (!one_of(server, server_kinds)) return fmt::format("server \"{}\" is not one of auto, vllm, sglang, openai", server);
   if (server == "auto" && !probe) return "server \"auto\" is found by the probe: set probe, or name the server (vllm, sglang, openai)";
   if (!one_of(fork_prompt, fork_prompts)) return fmt::format("fork_prompt \"{}\" is not one of auto, token_ids, text", fork_prompt);
   if (fork_prompt == "token_ids" && !probe) return "fork_prompt \"token_ids\" needs probe (the fork suffix is tokenized by the server)";
-  if (!(connect_timeout_s > 0) || !(idle_timeout_s > 0)) return "connect_timeout_s and idle_timeout_s must be > 0";
+  if (!(connect_timeout_s > 0) || !(response_timeout_s > 0) || !(idle_timeout_s > 0))
+    return "connect_timeout_s, response_timeout_s and idle_timeout_s must be > 0";
+  for (const auto& [name, value] : {std::pair<std::string_view, std::uint64_t>{"max_event_bytes", max_event_bytes},
+                                    {"max_response_bytes", max_response_bytes}, {"max_stream_bytes", max_stream_bytes}})
+    if (value < min_byte_limit) return fmt::format("{} must be >= {} (the size of a small answer)", name, min_byte_limit);
   if (max_streams < 1) return "max_streams must be >= 1";
   if (max_retries < 0) return "max_retries must be >= 0";
   if (!(retry_initial_s > 0) || retry_max_s < retry_initial_s) return "need 0 < retry_initial_s <= retry_max_s";

@@ -29,20 +29,18 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-/// Bytes of a failed answer kept for its error message.
+/// Bytes of a failed answer kept for its error message; the rest is not read.
 constexpr std::size_t max_error_body = 64 * 1024;
-/// A plain answer larger than this is cut (probes and aborts are small).
-constexpr std::size_t max_plain_body = 16 * 1024 * 1024;
 
 std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
 }
 
-/// Errors a retry can cure: the server was not there yet, or the connection broke.
+/// Errors a retry can cure: the server was not there yet, or the connection
+/// broke. A timeout is not among them: each retry would wait as long again.
 bool transient(CURLcode rc) {
   switch (rc) {
     case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
     case CURLE_GOT_NOTHING:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
@@ -54,6 +52,7 @@ bool transient(CURLcode rc) {
 }
 
 bool retryable_status(long status) { return status == 429 || (status >= 500 && status <= 599); }
+bool ok_status(long status) { return status >= 200 && status <= 299; }
 
 /// "Retry-After: 3" (seconds; an HTTP date is ignored and the backoff used instead).
 std::optional<double> parse_retry_after(std::string_view line) {
@@ -80,6 +79,7 @@ struct http_client::impl {
     CURL* easy = nullptr;
     curl_slist* headers = nullptr;
     std::string url, method, body, request_id;
+    std::string shown_url;  ///< `url` with its credentials redacted: what messages say
     abort_request abort{};
     std::unique_ptr<stream_decoder> decoder{};
     std::function<void(plain_result)> done{};
@@ -90,8 +90,13 @@ struct http_client::impl {
     int attempt = 0;
     bool in_multi = false;
     bool saw_done = false;
-    bool stopped = false;  ///< the decoder needs nothing more: the write callback aborted the transfer
-    clock_type::time_point last_activity{};
+    bool stopped = false;     ///< the decoder needs nothing more: the write callback aborted the transfer
+    bool headers_seen = false;  ///< a final response's status line arrived
+    bool body_cut = false;    ///< an error body reached max_error_body: the rest was not read
+    std::string refused{};    ///< why the client stopped reading a plain answer ("" when it did not)
+    clock_type::time_point launched{};
+    std::optional<clock_type::time_point> sent_at{};  ///< when the request went out (connected)
+    clock_type::time_point last_progress{};           ///< launch, or the last event that moved the stream forward
 
     transfer() = default;
     transfer(const transfer&) = delete;  // curl holds a pointer to it
@@ -125,6 +130,10 @@ struct http_client::impl {
   std::vector<std::pair<clock_type::time_point, stream_id>> retry_queue;
   delivery_batch batch;
   clock_type::time_point next_idle_check{};
+  // Whether the server answers at all, asked (GET /v1/models) when a stream
+  // has waited response_timeout_s for its headers.
+  bool liveness_in_flight = false;
+  clock_type::time_point alive_until{};  ///< the server answered a check: streams may wait for headers until then
   std::atomic<std::uint64_t> http_requests{0}, retries{0}, aborts_posted{0};
   std::atomic<bool> running{true};
   std::atomic<bool> commands_waiting{false};
@@ -176,7 +185,9 @@ struct http_client::impl {
     auto t = std::make_unique<transfer>();
     t->owner = this;
     t->url = opt.base_url + path;
+    t->shown_url = redact_url(t->url);
     t->method = std::move(method);
+    t->sse.set_limit(static_cast<std::size_t>(opt.max_event_bytes));
     t->body = std::move(body);
     t->easy = curl_easy_init();
     if (!t->easy) throw std::runtime_error("openai backend: curl_easy_init failed");
@@ -190,7 +201,8 @@ struct http_client::impl {
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(ms(opt.connect_timeout_s).count()));
-    if (!stream) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(ms(opt.connect_timeout_s + opt.idle_timeout_s).count()));
+    // A plain answer is small: all of it must arrive within the response timeout.
+    if (!stream) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(ms(opt.connect_timeout_s + opt.response_timeout_s).count()));
     if (t->method == "POST") {
       curl_easy_setopt(e, CURLOPT_POST, 1L);
       curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->body.c_str());
@@ -268,6 +280,10 @@ struct http_client::impl {
     std::array<epoll_event, 16> events{};
     while (take_commands()) {
       relaunch_due(clock_type::now());
+      // The socket action that starts new requests may also finish others:
+      // hand those over now, not after the next wait (up to a second).
+      finish_completed();
+      flush();
       const int n = ::epoll_wait(epfd, events.data(), static_cast<int>(events.size()), wait_ms());
       int running_handles = 0;
       for (int i = 0; i < n; ++i) {
@@ -288,15 +304,23 @@ struct http_client::impl {
         curl_due.reset();
         curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running_handles);
       }
-      int left = 0;
-      while (CURLMsg* m = curl_multi_info_read(multi, &left))
-        if (m->msg == CURLMSG_DONE) completed(m->easy_handle, m->data.result);
-      check_idle(clock_type::now());
-      if (!batch.empty()) {
-        deliver(std::move(batch));
-        batch = {};
-      }
+      finish_completed();
+      check_timeouts(clock_type::now());
+      flush();
     }
+  }
+
+  void finish_completed() {
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi, &left))
+      if (m->msg == CURLMSG_DONE) completed(m->easy_handle, m->data.result);
+  }
+
+  /// Hands this turn's deliveries to the loop, in one batch.
+  void flush() {
+    if (batch.empty()) return;
+    deliver(std::move(batch));
+    batch = {};
   }
 
   /// Until the earliest of: libcurl's timeout, a retry, the next idle check.
@@ -327,10 +351,14 @@ struct http_client::impl {
     t.retry_after.reset();
     t.saw_done = false;
     t.stopped = false;
+    t.headers_seen = false;
+    t.body_cut = false;
+    t.refused.clear();
+    t.sent_at.reset();
     t.sse.reset();
     if (t.decoder) t.decoder->reset();
     ++t.attempt;
-    t.last_activity = clock_type::now();
+    t.launched = t.last_progress = clock_type::now();
     curl_multi_add_handle(multi, t.easy);
     t.in_multi = true;
     ++http_requests;
@@ -339,26 +367,68 @@ struct http_client::impl {
   static std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
     auto& t = *static_cast<transfer*>(user);
     const std::string_view line(p, size * n);
-    if (line.starts_with("HTTP/")) t.retry_after.reset();  // a new response (after a 100, or a redirect)
-    else if (auto s = parse_retry_after(line)) t.retry_after = s;
-    t.last_activity = clock_type::now();
+    if (line.starts_with("HTTP/")) {
+      t.retry_after.reset();  // a new response (after a 100, or a redirect)
+      // "HTTP/1.1 200 OK": a 1xx is not the answer yet.
+      const std::size_t sp = line.find(' ');
+      t.headers_seen = sp != std::string_view::npos && sp + 1 < line.size() && line[sp + 1] != '1';
+    } else if (auto s = parse_retry_after(line)) {
+      t.retry_after = s;
+    }
     return size * n;
   }
 
   static std::size_t on_write(char* p, std::size_t size, std::size_t n, void* user) {
     auto& t = *static_cast<transfer*>(user);
-    return t.owner->write(t, std::string_view(p, size * n));
+    // Nothing may unwind through libcurl: a failure to handle the bytes ends this transfer only.
+    try {
+      return t.owner->write(t, std::string_view(p, size * n));
+    } catch (const std::exception& e) {
+      return t.owner->refuse(t, std::string("the client could not handle the answer: ") + e.what());
+    } catch (...) {
+      return t.owner->refuse(t, "the client could not handle the answer");
+    }
+  }
+
+  /// Stops reading `t`'s answer for the reason given; returns 0, which makes curl abort the transfer.
+  std::size_t refuse(transfer& t, std::string why) noexcept {
+    try {
+      if (t.decoder) {
+        t.decoder->on_failure(why, batch);
+        t.stopped = true;
+      } else {
+        t.refused = std::move(why);
+      }
+    } catch (...) {  // out of memory even for the message: the transfer still ends
+      t.stopped = t.decoder != nullptr;
+    }
+    return 0;
   }
 
   std::size_t write(transfer& t, std::string_view bytes) {
-    t.last_activity = clock_type::now();
     if (t.status == 0) curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &t.status);
-    if (!t.decoder || t.status < 200 || t.status > 299) {
-      const std::size_t cap = t.decoder ? max_error_body : max_plain_body;
-      t.answer.append(bytes.substr(0, cap - std::min(cap, t.answer.size())));
+    if (!ok_status(t.status)) {
+      // Only the start of an error body goes into the message; the rest is not worth reading.
+      t.answer.append(bytes.substr(0, max_error_body - std::min(max_error_body, t.answer.size())));
+      if (t.answer.size() < max_error_body) return bytes.size();
+      t.body_cut = true;
+      return 0;
+    }
+    if (!t.decoder) {
+      if (t.answer.size() + bytes.size() > opt.max_response_bytes)
+        return refuse(t, fmt::format("the answer from {} is larger than max_response_bytes ({} bytes); raise "
+                                     "max_response_bytes in the backend's configuration if it really is this large",
+                                     t.shown_url, opt.max_response_bytes));
+      t.answer.append(bytes);
       return bytes.size();
     }
-    t.sse.feed(bytes, [&](std::string_view data) { event(t, data); });
+    const std::uint64_t progress = t.decoder->progress();
+    const bool fed = t.sse.feed(bytes, [&](std::string_view data) { event(t, data); });
+    if (t.decoder->progress() != progress) t.last_progress = clock_type::now();
+    if (!fed)
+      return refuse(t, fmt::format("the stream from {} sent an SSE line or event longer than max_event_bytes ({} bytes); "
+                                   "raise max_event_bytes in the backend's configuration if its events really are this large",
+                                   t.shown_url, opt.max_event_bytes));
     if (t.decoder->finished() && !t.saw_done) {
       t.stopped = true;
       return 0;  // makes curl abort the transfer: nothing more is wanted
@@ -392,8 +462,8 @@ struct http_client::impl {
       streams.erase(t.id);
       return;
     }
-    const bool ok_status = t.status >= 200 && t.status <= 299;
-    if (rc == CURLE_OK && ok_status) {
+    const bool ok = ok_status(t.status);
+    if (rc == CURLE_OK && ok) {
       t.sse.finish([&](std::string_view data) { event(t, data); });
       if (!t.decoder->finished()) {
         if (t.saw_done) t.decoder->on_done(batch);
@@ -404,18 +474,20 @@ struct http_client::impl {
     }
     // A failure: an HTTP error status, or a transport error (possibly mid-stream).
     const bool can_retry = !t.decoder->committed() && t.attempt <= opt.max_retries &&
-                           (ok_status || t.status == 0 ? transient(rc) : retryable_status(t.status));
+                           (ok || t.status == 0 ? transient(rc) : retryable_status(t.status));
     if (can_retry) {
       ++retries;
       retry_queue.emplace_back(clock_type::now() + backoff(t), t.id);
       return;  // relaunched by the loop when due
     }
-    if (ok_status) t.sse.finish([&](std::string_view data) { event(t, data); });  // keep a last complete event
+    if (ok) t.sse.finish([&](std::string_view data) { event(t, data); });  // keep a last complete event
     std::string why;
-    if (!ok_status && t.status != 0)
-      why = fmt::format("HTTP {} from {}: {}", t.status, t.url, error_message_of(t.answer));
+    if (!ok && t.status != 0)
+      why = fmt::format("HTTP {} from {}: {}", t.status, t.shown_url, error_message_of(t.answer));
+    else if (rc == CURLE_OPERATION_TIMEDOUT && !t.headers_seen)  // streams have no other time limit in curl
+      why = fmt::format("no connection to {} within {} s (connect_timeout_s)", t.shown_url, opt.connect_timeout_s);
     else
-      why = fmt::format("{} {}: {}", t.decoder->committed() ? "the stream from" : "no answer from", t.url, curl_easy_strerror(rc));
+      why = fmt::format("{} {}: {}", t.decoder->committed() ? "the stream from" : "no answer from", t.shown_url, curl_easy_strerror(rc));
     if (t.attempt > 1) why += fmt::format(" (after {} attempts)", t.attempt);
     t.decoder->on_failure(why, batch);
     streams.erase(t.id);
@@ -433,29 +505,89 @@ struct http_client::impl {
 
   void finish_plain(transfer& t, CURLcode rc) {
     plain_result r;
-    r.status = rc == CURLE_OK ? t.status : 0;
-    r.body = std::move(t.answer);
-    if (rc != CURLE_OK) r.error = curl_easy_strerror(rc);
+    if (!t.refused.empty()) {
+      r.error = std::move(t.refused);
+    } else if (rc == CURLE_OK || t.body_cut) {
+      r.status = t.status;
+      r.body = std::move(t.answer);
+    } else if (rc == CURLE_OPERATION_TIMEDOUT) {
+      r.error = fmt::format("no answer within {} s (connect_timeout_s + response_timeout_s)",
+                            opt.connect_timeout_s + opt.response_timeout_s);
+    } else {
+      r.error = curl_easy_strerror(rc);
+    }
     auto done = std::move(t.done);
     std::erase_if(plains, [&](const std::unique_ptr<transfer>& p) { return p.get() == &t; });
     if (done) done(std::move(r));
   }
 
-  void check_idle(clock_type::time_point now) {
+  /// A stream past its response timeout: connected, the request sent, no response headers yet.
+  bool waiting_for_headers(transfer& t, clock_type::time_point now) {
+    if (t.headers_seen) return false;
+    if (!t.sent_at) {
+      curl_off_t us = 0;
+      if (curl_easy_getinfo(t.easy, CURLINFO_PRETRANSFER_TIME_T, &us) == CURLE_OK && us > 0)
+        t.sent_at = t.launched + std::chrono::microseconds(us);
+      else if (now - t.launched > ms(opt.connect_timeout_s))
+        t.sent_at = t.launched;  // connected, or curl would have given up (a reused connection may report 0)
+    }
+    return t.sent_at && now - *t.sent_at > ms(opt.response_timeout_s);
+  }
+
+  void check_timeouts(clock_type::time_point now) {
     if (now < next_idle_check) return;
     next_idle_check = now + std::chrono::milliseconds(20);
     std::vector<stream_id> expired;
-    for (auto& [id, t] : streams)
-      if (t->in_multi && now - t->last_activity > ms(opt.idle_timeout_s)) expired.push_back(id);
-    for (stream_id id : expired) {
-      transfer& t = *streams.at(id);
-      curl_multi_remove_handle(multi, t.easy);
-      t.in_multi = false;
-      t.sse.finish([&](std::string_view data) { event(t, data); });
-      t.decoder->on_failure(fmt::format("no data from {} for {} s (idle_timeout_s)", t.url, opt.idle_timeout_s), batch);
-      post_abort(t);
-      streams.erase(id);
+    bool ask_server = false;
+    for (auto& [id, t] : streams) {
+      if (!t->in_multi) continue;
+      if (now - t->last_progress > ms(opt.idle_timeout_s)) expired.push_back(id);
+      else if (waiting_for_headers(*t, now) && now >= alive_until) ask_server = true;
     }
+    for (stream_id id : expired)
+      end_stream(id, fmt::format("no progress from {} for {} s (idle_timeout_s; SSE comments and empty events do not count)",
+                                 streams.at(id)->shown_url, opt.idle_timeout_s),
+                 true);
+    if (ask_server && !liveness_in_flight) check_liveness();
+  }
+
+  /// Ends a stream the client gives up on; `abort` also cancels it on the server.
+  void end_stream(stream_id id, const std::string& why, bool abort) {
+    transfer& t = *streams.at(id);
+    curl_multi_remove_handle(multi, t.easy);
+    t.in_multi = false;
+    t.sse.finish([&](std::string_view data) { event(t, data); });
+    t.decoder->on_failure(why, batch);
+    if (abort) post_abort(t);
+    streams.erase(id);
+  }
+
+  /// Streams wait for their headers as long as the server answers at all:
+  /// SGLang sends none before a request's first token, so a queued request
+  /// on a busy server waits here. A server that accepts connections and
+  /// answers nothing ends them within two response timeouts.
+  void check_liveness() {
+    liveness_in_flight = true;
+    auto t = make("GET", "/v1/models", "", false);
+    t->done = [this](plain_result r) {
+      liveness_in_flight = false;
+      const auto now = clock_type::now();
+      if (r.status != 0) {  // any HTTP answer: alive, only busy
+        alive_until = now + ms(opt.response_timeout_s);
+        return;
+      }
+      std::vector<stream_id> dead;
+      for (auto& [id, s] : streams)
+        if (s->in_multi && waiting_for_headers(*s, now)) dead.push_back(id);
+      for (stream_id id : dead)
+        end_stream(id,
+                   fmt::format("no response from {} within {} s of sending the request (response_timeout_s), and "
+                               "GET {}/v1/models got none either ({}): the server accepts connections but does not answer",
+                               streams.at(id)->shown_url, opt.response_timeout_s, redact_url(opt.base_url), r.error),
+                   false);  // an abort would wait on the same silent server
+    };
+    launch(*t);
+    plains.push_back(std::move(t));
   }
 
   void cancel_now(stream_id id) {

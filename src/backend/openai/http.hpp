@@ -6,8 +6,15 @@
 // Failure handling, in one place: a request that gets 429, 5xx or a broken
 // connection before its decoder has delivered anything is retried with
 // exponential backoff (a Retry-After header sets the wait); after that, or
-// after `max_retries`, the decoder ends its samples with the error. A stream
-// that receives no byte for `idle_timeout` ends with an error too.
+// after `max_retries`, the decoder ends its samples with the error. Timeouts
+// are not retried: a stream without progress for `idle_timeout_s` ends, and
+// a stream without response headers after `response_timeout_s` ends once
+// `GET /v1/models` shows the server does not answer at all.
+//
+// Everything held per request is bounded: an SSE line or event by
+// `max_event_bytes`, a plain answer by `max_response_bytes`, an error body
+// by 64 KiB (only its start goes into the message). Messages name the URL
+// with its credentials redacted.
 #include "wire.hpp"
 
 #include <specgen/detail/config.hpp>
@@ -24,12 +31,15 @@ namespace openai::detail {
 
 struct client_options {
   std::string base_url;               ///< scheme://host:port, no trailing slash
-  std::vector<std::string> headers{};  ///< sent with every request ("Authorization: Bearer ...")
+  std::vector<std::string> headers{};  ///< sent with every request ("Authorization: Bearer ..."); no control characters
   double connect_timeout_s = 10;
+  double response_timeout_s = 10;
   double idle_timeout_s = 300;
   int max_retries = 5;
   double retry_initial_s = 0.5;
   double retry_max_s = 30;
+  std::uint64_t max_event_bytes = std::uint64_t{8} << 20;
+  std::uint64_t max_response_bytes = std::uint64_t{16} << 20;
 };
 
 /// What to POST to cancel a request on the server (SGLang's /abort_request);
@@ -42,8 +52,8 @@ struct abort_request {
 /// The answer to a plain (non-streaming) request.
 struct plain_result {
   long status = 0;      ///< 0: no HTTP answer (see `error`)
-  std::string body{};
-  std::string error{};  ///< the transport's message when status == 0
+  std::string body{};   ///< of an error status: its first 64 KiB
+  std::string error{};  ///< why there is no answer, when status == 0
 };
 
 struct client_counters {

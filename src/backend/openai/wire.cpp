@@ -87,9 +87,20 @@ finish_reason map_finish(std::string_view r) {
   return finish_reason::error;
 }
 
+/// The error of a request that delivered more than its byte limit.
+std::string too_long(std::uint64_t max_bytes) {
+  return fmt::format("the server sent more than max_stream_bytes ({} bytes) of text and token ids for this request; "
+                     "raise max_stream_bytes in the backend's configuration if its answers really are this long",
+                     max_bytes);
+}
+
+/// What a chunk costs the client to hold: its text, and 4 bytes per token id.
+std::uint64_t chunk_bytes(const stream_chunk& c) { return c.text.size() + c.tokens.size() * sizeof(token_id); }
+
 class main_decoder final : public stream_decoder {
  public:
-  main_decoder(stream_id id, std::vector<token_id> think_open) : id_(id), think_open_(std::move(think_open)) {}
+  main_decoder(stream_id id, std::vector<token_id> think_open, std::uint64_t max_bytes)
+      : id_(id), think_open_(std::move(think_open)), max_bytes_(max_bytes) {}
 
   void on_event(std::string_view data, delivery_batch& out) override {
     if (ended_) return;
@@ -99,14 +110,21 @@ class main_decoder final : public stream_decoder {
       return;
     }
     if (auto e = event_error(j)) {
-      fail(fmt::format("the server reported an error: {}", *e), out);
+      fail(fmt::format("the server reported an error: {}", excerpt(*e, 300)), out);
       return;
     }
-    if (auto p = ids_at(j, "prompt_token_ids")) out.emplace_back(stream_meta{.id = id_, .prompt_ids = std::move(*p), .ids_broken = false});
+    if (auto p = ids_at(j, "prompt_token_ids")) {
+      ++progress_;  // the prompt was read: prefill is done
+      out.emplace_back(stream_meta{.id = id_, .prompt_ids = std::move(*p), .ids_broken = false});
+    }
     std::optional<std::uint64_t> total;  // cumulative completion tokens (continuous usage)
     if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
       const usage_report r = read_usage(*u);
       total = r.completion;
+      // The same report again is a keep-alive, not progress.
+      if ((r.prompt && r.prompt != usage_.prompt) || (r.cached && r.cached != usage_.cached) ||
+          (r.completion && r.completion != usage_.completion) || (r.reasoning && r.reasoning != usage_.reasoning))
+        ++progress_;
       if (r.prompt) usage_.prompt = r.prompt;
       if (r.cached) usage_.cached = r.cached;
       if (r.completion) usage_.completion = r.completion;
@@ -131,7 +149,7 @@ class main_decoder final : public stream_decoder {
       fail("the server ended the stream ([DONE]) without a finish reason", out);
       return;
     }
-    end(map_finish(*finish_), *finish_ == "stop" || *finish_ == "length" ? "" : fmt::format("the server finished the stream with \"{}\"", *finish_), out);
+    end(map_finish(*finish_), *finish_ == "stop" || *finish_ == "length" ? "" : fmt::format("the server finished the stream with \"{}\"", excerpt(*finish_)), out);
   }
 
   void on_eof(delivery_batch& out) override {
@@ -146,7 +164,8 @@ class main_decoder final : public stream_decoder {
   void on_failure(std::string_view message, delivery_batch& out) override { fail(message, out); }
   [[nodiscard]] bool committed() const noexcept override { return committed_; }
   [[nodiscard]] bool finished() const noexcept override { return ended_; }
-  void reset() override { *this = main_decoder(id_, std::move(think_open_)); }
+  [[nodiscard]] std::uint64_t progress() const noexcept override { return progress_; }
+  void reset() override { *this = main_decoder(id_, std::move(think_open_), max_bytes_); }
 
  private:
   void choice(const json& c, std::optional<std::uint64_t> total, delivery_batch& out) {
@@ -186,22 +205,33 @@ class main_decoder final : public stream_decoder {
       if (ids && content.empty() && !ids_broken_) ch.tokens = std::move(*ids);
       else if (content.empty()) ch.token_count = static_cast<std::uint32_t>(n);
       reasoning_tokens_ += content.empty() ? n : 0;
-      deliver(std::move(ch), out);
+      if (!deliver(std::move(ch), out)) return;
     }
     if (!content.empty()) {
       in_answer_ = true;
       stream_chunk ch{.id = id_, .sample = 0, .reasoning = false, .text = std::string(content), .tokens = {}};
       if (ids) ch.tokens = std::move(*ids);
       else ch.token_count = static_cast<std::uint32_t>(n);
-      deliver(std::move(ch), out);
+      if (!deliver(std::move(ch), out)) return;
     }
     streamed_ += n;
-    if (auto f = string_at(c, "finish_reason"); !f.empty()) finish_ = std::string(f);
+    if (auto f = string_at(c, "finish_reason"); !f.empty() && !finish_) {
+      finish_ = std::string(f);
+      ++progress_;
+    }
   }
 
-  void deliver(stream_chunk ch, delivery_batch& out) {
+  /// False when the chunk would take the request past its byte limit: the stream has ended then.
+  bool deliver(stream_chunk ch, delivery_batch& out) {
+    bytes_ += chunk_bytes(ch);
+    if (bytes_ > max_bytes_) {
+      fail(too_long(max_bytes_), out);
+      return false;
+    }
     committed_ = true;
+    ++progress_;
     out.emplace_back(std::move(ch));
+    return true;
   }
 
   void fail(std::string_view message, delivery_batch& out) {
@@ -223,6 +253,9 @@ class main_decoder final : public stream_decoder {
 
   stream_id id_;
   std::vector<token_id> think_open_;
+  std::uint64_t max_bytes_;
+  std::uint64_t bytes_ = 0;     ///< text and ids delivered
+  std::uint64_t progress_ = 0;
   usage_report usage_{};
   std::optional<std::string> finish_{};
   std::uint64_t ids_seen_ = 0;    ///< completion tokens accounted for by ids (streamed or inferred)
@@ -247,7 +280,7 @@ class fork_decoder final : public stream_decoder {
       return;
     }
     if (auto e = event_error(j)) {
-      on_failure(fmt::format("the server reported an error: {}", *e), out);
+      on_failure(fmt::format("the server reported an error: {}", excerpt(*e, 300)), out);
       return;
     }
     const json* usage_obj = nullptr;
@@ -268,6 +301,7 @@ class fork_decoder final : public stream_decoder {
     // A usage object without choices is the request's final report.
     if (usage_obj && (j.find("choices") == j.end() || j["choices"].empty())) {
       const usage_report r = read_usage(*usage_obj);
+      if (!final_) ++progress_;
       final_ = r;
       if (waiting_) end_sample(*waiting_, out);
     }
@@ -295,6 +329,7 @@ class fork_decoder final : public stream_decoder {
 
   [[nodiscard]] bool committed() const noexcept override { return committed_; }
   [[nodiscard]] bool finished() const noexcept override { return open_() == 0; }
+  [[nodiscard]] std::uint64_t progress() const noexcept override { return progress_; }
   void reset() override { *this = fork_decoder(id_, how_); }
 
  private:
@@ -325,6 +360,7 @@ class fork_decoder final : public stream_decoder {
     if (text.empty() && !ids) n = 0;  // a finish chunk: no token in it
     s.tokens += n;
     streamed_ += n;
+    if (n > 0) ++progress_;  // also past a sample's candidate: the server is still generating
     if (s.ended || s.complete) return n;
     bool cut = false;
     if (how_.stop_at_closing_fence && !text.empty()) {
@@ -344,10 +380,19 @@ class fork_decoder final : public stream_decoder {
       stream_chunk ch{.id = id_, .sample = index, .reasoning = false, .text = std::string(text), .tokens = {}};
       if (ids && !cut) ch.tokens = std::move(*ids);
       else ch.token_count = static_cast<std::uint32_t>(n);
+      bytes_ += chunk_bytes(ch);
+      if (bytes_ > how_.max_bytes) {
+        on_failure(too_long(how_.max_bytes), out);
+        return n;
+      }
       committed_ = true;
+      ++progress_;
       out.emplace_back(std::move(ch));
     }
-    if (auto f = string_at(c, "finish_reason"); !f.empty()) s.finish = std::string(f);
+    if (auto f = string_at(c, "finish_reason"); !f.empty()) {
+      if (!s.finish) ++progress_;
+      s.finish = std::string(f);
+    }
     if (cut) s.complete = true;
     if (s.complete || s.finish) ready(s, index, out);
     return n;
@@ -382,7 +427,7 @@ class fork_decoder final : public stream_decoder {
 
   static std::string finish_text(const sample& s) {
     if (s.complete || !s.finish || map_finish(*s.finish) != finish_reason::error) return {};
-    return fmt::format("the server finished the sample with \"{}\"", *s.finish);
+    return fmt::format("the server finished the sample with \"{}\"", excerpt(*s.finish));
   }
 
   void finish(sample& s, int index, finish_reason why, std::string error, delivery_batch& out) {
@@ -403,6 +448,8 @@ class fork_decoder final : public stream_decoder {
   std::optional<int> waiting_{};  ///< the last sample, waiting for the usage report
   std::uint64_t tail_ = 0;        ///< tokens since it started waiting
   std::uint64_t streamed_ = 0;
+  std::uint64_t bytes_ = 0;       ///< text and ids delivered, all samples
+  std::uint64_t progress_ = 0;
   bool committed_ = false;
 };
 
@@ -423,14 +470,16 @@ std::uint64_t portable_seed(std::uint64_t s) { return s & 0x7fffffffull; }
 }  // namespace
 
 std::optional<dialect> dialect_of(std::string_view kind) {
-  if (kind == "vllm") return dialect{"vllm", "request_id", "/tokenize", "", true};
-  if (kind == "sglang") return dialect{"sglang", "rid", "/v1/tokenize", "/abort_request", true};
-  if (kind == "openai") return dialect{"openai", "", "", "", false};
+  if (kind == "vllm") return dialect{"vllm", "request_id", "/tokenize", "", true, true, true};
+  // SGLang refuses return_token_ids on a streamed chat completion and honours
+  // it on a streamed completion (docs/backends.md, "SGLang and token ids").
+  if (kind == "sglang") return dialect{"sglang", "rid", "/v1/tokenize", "/abort_request", true, false, true};
+  if (kind == "openai") return dialect{"openai", "", "", "", false, false, false};
   return std::nullopt;
 }
 
-std::unique_ptr<stream_decoder> make_main_decoder(stream_id id, std::vector<token_id> think_open) {
-  return std::make_unique<main_decoder>(id, std::move(think_open));
+std::unique_ptr<stream_decoder> make_main_decoder(stream_id id, std::vector<token_id> think_open, std::uint64_t max_bytes) {
+  return std::make_unique<main_decoder>(id, std::move(think_open), max_bytes);
 }
 
 std::unique_ptr<stream_decoder> make_fork_decoder(stream_id id, fork_decoding how) {
@@ -452,9 +501,9 @@ std::string chat_body(const dialect& d, const std::string& model, const model_pr
                {"seed", portable_seed(r.ctx.seed)}};
   if (d.extensions) {
     body["stream_options"]["continuous_usage_stats"] = true;
-    body["return_token_ids"] = true;
     body.update(family.reasoning_options, /*merge_objects=*/true);
   }
+  if (d.chat_token_ids) body["return_token_ids"] = true;
   if (!d.request_id_field.empty()) body[d.request_id_field] = request_id;
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -469,10 +518,8 @@ std::string completion_body(const dialect& d, const std::string& model, const fo
                {"top_p", params.top_p},
                {"max_tokens", max_tokens},
                {"seed", portable_seed(seed)}};
-  if (d.extensions) {
-    body["stream_options"]["continuous_usage_stats"] = true;
-    body["return_token_ids"] = true;
-  }
+  if (d.extensions) body["stream_options"]["continuous_usage_stats"] = true;
+  if (d.completion_token_ids) body["return_token_ids"] = true;
   // The template text carries any begin-of-sequence marker itself.
   if (prompt.is_text && d.kind == "vllm") body["add_special_tokens"] = false;
   if (!d.request_id_field.empty()) body[d.request_id_field] = request_id;

@@ -25,7 +25,12 @@ struct dialect {
   std::string request_id_field;  ///< body field naming the request ("" none)
   std::string tokenize_path;     ///< "" when the server cannot tokenize
   std::string abort_path;        ///< "" when closing the connection is how to cancel
-  bool extensions = false;       ///< return_token_ids, continuous usage, reasoning options
+  bool extensions = false;       ///< continuous usage and reasoning options
+  /// `return_token_ids` on a streamed chat completion: vLLM streams the ids;
+  /// SGLang refuses the request (HTTP 400), so it is not sent there.
+  bool chat_token_ids = false;
+  /// `return_token_ids` on a streamed completion (a fork): vLLM and SGLang.
+  bool completion_token_ids = false;
 };
 /// The dialect of "vllm", "sglang" or "openai"; nullopt for anything else.
 [[nodiscard]] std::optional<dialect> dialect_of(std::string_view kind);
@@ -58,17 +63,24 @@ class stream_decoder {
   [[nodiscard]] virtual bool committed() const noexcept = 0;
   /// Every sample has ended: the rest of the response is not needed.
   [[nodiscard]] virtual bool finished() const noexcept = 0;
+  /// Counts the events that moved the request forward: text, token ids, a
+  /// usage count that grew, a finish reason. Keep-alive events (no choices,
+  /// empty deltas, the same usage again) do not; the idle timeout uses it.
+  [[nodiscard]] virtual std::uint64_t progress() const noexcept = 0;
   virtual void reset() = 0;
 };
 
 /// The chat-completions stream of a main (reasoning) request.
 /// `think_open` are the ids of the preset's `think_open` (empty if unknown).
-[[nodiscard]] std::unique_ptr<stream_decoder> make_main_decoder(stream_id id, std::vector<token_id> think_open);
+/// More than `max_bytes` of text and token ids (4 bytes each) ends it with an error.
+[[nodiscard]] std::unique_ptr<stream_decoder> make_main_decoder(stream_id id, std::vector<token_id> think_open,
+                                                                std::uint64_t max_bytes = std::uint64_t{64} << 20);
 
 struct fork_decoding {
   int samples = 1;
   bool stop_at_closing_fence = true;
   int tail_tokens = 32;
+  std::uint64_t max_bytes = std::uint64_t{64} << 20;  ///< text and token ids of all samples together
 };
 /// The completions stream of a K-sample fork.
 [[nodiscard]] std::unique_ptr<stream_decoder> make_fork_decoder(stream_id id, fork_decoding how);

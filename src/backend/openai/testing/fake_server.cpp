@@ -121,8 +121,11 @@ struct stream_state {
   enum class phase : std::uint8_t { first, tokens, finish, usage, done, closed } at = phase::first;
   std::size_t step = 0;
   bool answering = false;  ///< chat: the close marker has been generated
+  std::vector<bool> prompt_ids_sent;  ///< completions with ids: each choice's first chunk carries the prompt's
   clock_type::time_point start{};
   bool stalled = false;
+  clock_type::time_point next_ping{};
+  int pings = 0;
 };
 
 }  // namespace
@@ -143,6 +146,7 @@ struct fake_server::impl {
     std::deque<frame> out;
     std::size_t out_off = 0;
     std::optional<stream_state> stream;
+    int silent_record = -1;  ///< a request it reads and never answers
     bool closed = false;
   };
 
@@ -230,6 +234,8 @@ struct fake_server::impl {
           else wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(c->out.front().due - now));
         } else if (c->stream && !c->stream->stalled && c->stream->at != stream_state::phase::closed) {
           wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(std::max(next_due(*c->stream) - now, clock_type::duration{0})));
+        } else if (c->stream && c->stream->stalled && c->stream->f.ping_interval_s > 0) {
+          wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(std::max(c->stream->next_ping - now, clock_type::duration{0})));
         }
         fds.push_back({c->fd, ev, 0});
       }
@@ -279,14 +285,16 @@ struct fake_server::impl {
       client_gone(c);  // EOF or reset
       return;
     }
-    while (!c.closed && !c.stream && c.out.empty() && parse_request(c)) {
+    while (!c.closed && !c.stream && c.silent_record < 0 && c.out.empty() && parse_request(c)) {
     }
   }
 
   void client_gone(conn& c) {
-    if (c.stream && c.stream->at != stream_state::phase::closed) {
+    // A stream counts until its last byte is written (`finished`), also once all its events are queued.
+    const int rec = c.stream ? c.stream->record : c.silent_record;
+    if (rec >= 0) {
       std::lock_guard lock(mutex);
-      request_record& r = records[static_cast<std::size_t>(c.stream->record)];
+      request_record& r = records[static_cast<std::size_t>(rec)];
       if (!r.finished) r.client_closed = true;
     }
     c.closed = true;
@@ -374,20 +382,40 @@ struct fake_server::impl {
     const std::string method = r.method;
     const bool streaming = r.method == "POST" && (path == "/v1/chat/completions" || path == "/v1/completions");
     const json body = r.body;
+    const std::string authorization = r.headers.contains("authorization") ? r.headers.at("authorization") : "";
     const int rec = add_record(std::move(r));
     const std::optional<fault> f = take_fault(path, streaming);
+    if (f && f->silent) {
+      c.silent_record = rec;
+      return;
+    }
     if (f && f->status != 200) {
-      send_plain(c, rec, f->status, error_body(f->status, f->status == 429 ? "Too many requests, slow down" : "Internal server error"),
+      std::string message = f->status == 429 ? "Too many requests, slow down" : f->status >= 500 ? "Internal server error" : "Bad request";
+      if (f->echo_authorization) message += fmt::format(" (request header authorization: {})", authorization);
+      send_plain(c, rec, f->status, error_body(f->status, message),
                  f->retry_after_s >= 0 ? std::optional<double>(f->retry_after_s) : std::nullopt);
       return;
     }
     const bool vllm = opt.format == wire::vllm;
     if (method == "GET" && path == "/v1/models") {
-      send_plain(c, rec, 200,
-                 {{"object", "list"},
-                  {"data", {{{"id", opt.model}, {"object", "model"}, {"created", 1700000000}, {"owned_by", vllm ? "vllm" : "sglang"},
-                             {"root", opt.model}, {"parent", nullptr}, {"max_model_len", 32768}}}}});
+      json list = {{"object", "list"},
+                   {"data", {{{"id", opt.model}, {"object", "model"}, {"created", 1700000000}, {"owned_by", vllm ? "vllm" : "sglang"},
+                              {"root", opt.model}, {"parent", nullptr}, {"max_model_len", 32768}}}}};
+      if (opt.models_padding_bytes > 0) list["padding"] = std::string(opt.models_padding_bytes, ' ');
+      send_plain(c, rec, 200, list);
       return;
+    }
+    // SGLang streams no token ids with a chat completion and says so (its
+    // serving_chat.py checks both flags against stream before generating).
+    if (!vllm && streaming && path == "/v1/chat/completions" && body.is_object() && body.value("stream", false)) {
+      for (const char* flag : {"return_token_ids", "return_prompt_token_ids"})
+        if (body.value(flag, false)) {
+          send_plain(c, rec, 400,
+                     {{"object", "error"},
+                      {"message", fmt::format("{} is not supported with streaming on /v1/chat/completions; set stream to false to use it", flag)},
+                      {"type", "BadRequestError"}, {"param", nullptr}, {"code", 400}});
+          return;
+        }
     }
     if (path == (vllm ? "/tokenize" : "/v1/tokenize") && body.is_object() && body.contains("prompt")) {
       const auto ids = tokenize(body["prompt"].get<std::string>());
@@ -427,7 +455,8 @@ struct fake_server::impl {
     s.chat = chat;
     s.f = f;
     s.start = clock_type::now();
-    s.ids = opt.format == wire::vllm && opt.token_ids && body.value("return_token_ids", false);
+    // vLLM streams ids in both endpoints; SGLang only in completions (its chat refuses the request above).
+    s.ids = opt.token_ids && body.value("return_token_ids", false) && (opt.format == wire::vllm || !chat);
     if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
       s.include_usage = so->value("include_usage", false);
       s.continuous = so->value("continuous_usage_stats", false);
@@ -473,7 +502,9 @@ struct fake_server::impl {
       r.cached_tokens = s.cached;
       r.status = 200;
     }
-    c.out.push_back({clock_type::now(),
+    s.start = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(f.headers_delay_s));
+    s.prompt_ids_sent.assign(s.samples.size(), false);
+    c.out.push_back({s.start,
                      "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n",
                      false, false});
     c.stream = std::move(s);
@@ -488,6 +519,14 @@ struct fake_server::impl {
   /// Produces the stream's due events, then writes what is due.
   void pump(conn& c) {
     const auto now = clock_type::now();
+    if (c.stream && c.stream->stalled && c.stream->f.ping_interval_s > 0 && now >= c.stream->next_ping) {
+      // Keep-alives of both kinds: they keep a connection busy without moving the stream forward.
+      stream_state& s = *c.stream;
+      json empty = chunk_head(s);
+      empty["choices"] = json::array();
+      c.out.push_back({now, http_chunk(s.pings++ % 2 == 0 ? std::string(": ping\n\n") : "data: " + empty.dump() + "\n\n"), false, false});
+      s.next_ping = now + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(s.f.ping_interval_s));
+    }
     while (c.stream && !c.stream->stalled && c.stream->at != stream_state::phase::closed && c.out.size() < 8 &&
            next_due(*c.stream) <= now) {
       const auto due = next_due(*c.stream);
@@ -526,6 +565,7 @@ struct fake_server::impl {
           if (p.id == think_close_id) s.answering = true;
           if (p.marker) continue;  // as vLLM's and SGLang's reasoning parsers: no chunk for a bare think marker
           choices.push_back(token_choice(s, i, p));
+          add_prompt_ids(s, choices.back());
         }
         for (auto& ch : choices) {
           json e = chunk_head(s);
@@ -594,6 +634,14 @@ struct fake_server::impl {
     return ch;
   }
 
+  /// SGLang's completions: each choice's first chunk carries the prompt's ids.
+  void add_prompt_ids(stream_state& s, json& choice) {
+    const auto i = choice["index"].get<std::size_t>();
+    if (opt.format != wire::sglang || s.chat || !s.ids || s.prompt_ids_sent[i]) return;
+    s.prompt_ids_sent[i] = true;
+    choice["prompt_token_ids"] = record_prompt(s.record);
+  }
+
   json finish_choice(const stream_state& s, std::size_t i) const {
     const bool vllm = opt.format == wire::vllm;
     json ch;
@@ -641,6 +689,7 @@ struct fake_server::impl {
     const int n = s.events++;
     if (f.stall_after_events >= 0 && n >= f.stall_after_events) {
       s.stalled = true;
+      s.next_ping = clock_type::now();
       return;
     }
     if (f.drop_after_events >= 0 && n >= f.drop_after_events) {
@@ -652,6 +701,8 @@ struct fake_server::impl {
     std::string payload = data;
     bool last = false;
     if (n == f.malformed_at_event) payload = R"({"id":"x","choices":[{"index":0,"delta":{"content":"unterminated)";
+    if (n == f.huge_at_event)
+      payload = json{{"id", s.id}, {"choices", {{{"index", 0}, {"delta", {{"reasoning_content", std::string(f.huge_bytes, 'x')}}}}}}}.dump();
     if (n == f.error_at_event) {
       payload = json{{"error", {{"object", "error"}, {"message", "The model ran out of KV cache"}, {"type", "InternalServerError"},
                                 {"param", nullptr}, {"code", 500}}}}.dump();

@@ -10,6 +10,11 @@
 // and the answer pieces. As vLLM's reasoning parser does, no chunk is streamed
 // for a token that is only a think marker; continuous usage still counts it.
 //
+// As SGLang does, its SGLang mode refuses `return_token_ids` (and
+// `return_prompt_token_ids`) on a streamed chat completion with HTTP 400, and
+// streams `token_ids` (and `prompt_token_ids` in each choice's first chunk) on
+// a completion that asks for them.
+//
 //   fake_server s({.format = wire::vllm});
 //   s.push_fault({.path = "/v1/chat/completions", .status = 429, .retry_after_s = 0.05});
 //   ... point the backend at s.base_url() ...
@@ -47,6 +52,12 @@ struct fault {
   double piece_interval_s = 0.0002; ///< pause between those pieces (a slow drip when large)
   bool keepalives = false;          ///< ": keep-alive" comment lines between events
   bool crlf = false;                ///< CRLF line ends in the event stream
+  bool silent = false;              ///< read the request, then answer nothing (the connection stays open)
+  double headers_delay_s = 0;       ///< start the response (its headers too) this late, as SGLang does for a queued request
+  double ping_interval_s = 0;       ///< once stalled, a keep-alive this often: an SSE comment, then an event without choices
+  int huge_at_event = -1;           ///< this event is one data line of about `huge_bytes` bytes of reasoning text
+  std::size_t huge_bytes = 0;
+  bool echo_authorization = false;  ///< with a status: the error message quotes the request's Authorization header
 };
 
 struct server_options {
@@ -55,7 +66,7 @@ struct server_options {
   /// The field reasoning is streamed in: vLLM before 0.11 and SGLang use
   /// "reasoning_content", later vLLM "reasoning".
   std::string reasoning_field = "reasoning_content";
-  bool token_ids = true;     ///< vLLM: honour return_token_ids (SGLang never streams ids)
+  bool token_ids = true;     ///< honour return_token_ids where the server kind streams ids (vLLM: chat and completions; SGLang: completions)
   bool cache_report = true;  ///< usage.prompt_tokens_details.cached_tokens
   double tokens_per_s = 0;   ///< decode pace per stream; 0: as fast as the socket takes it
   std::size_t block_size = 16;
@@ -68,6 +79,7 @@ struct server_options {
   /// What fork sample `i` writes (one token per code point).
   std::function<std::string(int sample)> fork_answer{};
   bool record_lateness = false;  ///< keep each paced event's delay past its due time
+  std::size_t models_padding_bytes = 0;  ///< GET /v1/models answers with this many bytes of padding besides the list
 };
 
 /// The default fork answer: a complete candidate, then some chatter.

@@ -137,6 +137,7 @@ TEST_CASE("without token ids (SGLang) a fork sends the rendered text, and the ca
   auto model = make_backend(loop, config_for(server));
   CHECK(model->server().kind == "sglang");
   CHECK_FALSE(model->limits().token_ids);
+  CHECK_THAT(model->server().token_ids_note, Catch::Contains("SGLang streams no token ids"));
   recorder main, forks;
   std::optional<stream_id> fork_id;
   stream_id parent = 0;
@@ -161,7 +162,12 @@ TEST_CASE("without token ids (SGLang) a fork sends the rendered text, and the ca
   const auto rs = server.requests();
   const auto* chat = find(rs, "/v1/chat/completions");
   const auto* cmpl = find(rs, "/v1/completions");
+  REQUIRE(chat);
   REQUIRE(cmpl);
+  // SGLang refuses return_token_ids on a streamed chat completion: it is not asked for there.
+  CHECK_FALSE(chat->body.contains("return_token_ids"));
+  CHECK(chat->status == 200);
+  CHECK(main.end_of(*id)->reason == finish_reason::stop);
   CHECK(cmpl->prompt_was_text);
   const auto& family = model->server().family;
   CHECK(cmpl->body["prompt"] ==
@@ -399,7 +405,7 @@ TEST_CASE("a server that stops sending ends the stream after idle_timeout_s and 
   const auto id = *model->start_reasoning(ask(), rec);
   REQUIRE(run_until(loop, [&] { return rec.ended(id) == 1; }));
   CHECK(rec.text(id, true) == joined(server_options{}.reasoning, 2));
-  CHECK_THAT(rec.end_of(id)->error, Catch::Contains("no data from") && Catch::Contains("0.3 s"));
+  CHECK_THAT(rec.end_of(id)->error, Catch::Contains("no progress from") && Catch::Contains("0.3 s"));
   CHECK(server.wait_until([](const auto& rs) { return find(rs, "/v1/chat/completions")->client_closed; }, 5));
 }
 
@@ -531,4 +537,255 @@ TEST_CASE("without the probe create asks nothing, and a server named openai gets
   CHECK(main.ids(parent, true).empty());  // none asked for, none streamed
   CHECK(find(rs, "/v1/completions")->prompt_was_text);
   CHECK(forks.text(*fork_id, false) == fork_candidate(0));
+}
+
+// ---- what a hostile or broken server, or a careless configuration, can do ----------------------
+
+namespace {
+
+/// `server`'s address with a user name and password in it.
+std::string with_credentials(const fake_server& server) {
+  return "http://alice:s3cret-pw@127.0.0.1:" + std::to_string(server.port());
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+TEST_CASE("credentials in base_url never appear in create errors, stream errors or the server info") {
+  const std::string basic = "YWxpY2U6czNjcmV0LXB3";  // base64 of alice:s3cret-pw, as libcurl sends it
+  SECTION("a stream error quoting the URL and the echoed Authorization header") {
+    fake_server server;
+    server.push_fault({.path = "/v1/chat/completions", .status = 500, .echo_authorization = true});
+    event_loop<steady_clock> loop;
+    openai_config c = config_for(server);
+    c.base_url = with_credentials(server);
+    c.max_retries = 0;
+    auto model = make_backend(loop, c);
+    CHECK(model->server().base_url == "http://***@127.0.0.1:" + std::to_string(server.port()));
+    recorder rec;
+    const auto id = *model->start_reasoning(ask(), rec);
+    REQUIRE(run_until(loop, [&] { return rec.ended(id) == 1; }));
+    REQUIRE(server.requests().back().headers.at("authorization") == "Basic " + basic);  // the server did see them
+    const std::string& e = rec.end_of(id)->error;
+    CHECK_THAT(e, Catch::Contains("HTTP 500 from http://***@127.0.0.1:") && Catch::Contains("authorization: Basic ***"));
+    CHECK_THAT(e, !Catch::Contains("s3cret") && !Catch::Contains(basic));
+  }
+  SECTION("create's error when nothing listens") {
+    event_loop<steady_clock> loop;
+    openai_config c{.base_url = "http://alice:s3cret-pw@127.0.0.1:1", .model = "m"};
+    auto b = openai_backend::create(loop, c);
+    REQUIRE_FALSE(b);
+    CHECK_THAT(b.error().message, Catch::Contains("cannot reach http://***@127.0.0.1:1") && !Catch::Contains("s3cret"));
+  }
+}
+
+TEST_CASE("the API key never appears in an error, also when the server echoes it back") {
+  ::setenv("SPECGEN_TEST_ECHO_KEY", "sk-live-0123456789", 1);
+  event_loop<steady_clock> loop;
+  SECTION("create, refused") {
+    fake_server server;
+    server.push_fault({.path = "/v1/models", .status = 401, .echo_authorization = true});
+    openai_config c = config_for(server);
+    c.api_key_env = "SPECGEN_TEST_ECHO_KEY";
+    auto b = openai_backend::create(loop, c);
+    REQUIRE_FALSE(b);
+    CHECK_THAT(b.error().message, Catch::Contains("refused the API key (HTTP 401)") && Catch::Contains("Bearer ***"));
+    CHECK_THAT(b.error().message, !Catch::Contains("sk-live-0123456789"));
+  }
+  SECTION("a stream, refused") {
+    fake_server server;
+    server.push_fault({.path = "/v1/chat/completions", .status = 400, .echo_authorization = true});
+    openai_config c = config_for(server);
+    c.api_key_env = "SPECGEN_TEST_ECHO_KEY";
+    auto model = make_backend(loop, c);
+    recorder rec;
+    const auto id = *model->start_reasoning(ask(), rec);
+    REQUIRE(run_until(loop, [&] { return rec.ended(id) == 1; }));
+    CHECK_THAT(rec.end_of(id)->error, Catch::Contains("HTTP 400") && Catch::Contains("Bearer ***"));
+    CHECK_THAT(rec.end_of(id)->error, !Catch::Contains("sk-live-0123456789"));
+  }
+}
+
+TEST_CASE("an API key with a CR or LF in it is refused at create, naming the variable and not the value") {
+  fake_server server;
+  ::setenv("SPECGEN_TEST_BAD_KEY", "sk-abc\r\nX-Injected: yes", 1);
+  event_loop<steady_clock> loop;
+  openai_config c = config_for(server);
+  c.api_key_env = "SPECGEN_TEST_BAD_KEY";
+  auto b = openai_backend::create(loop, c);
+  REQUIRE_FALSE(b);
+  CHECK_THAT(b.error().message, Catch::Contains("$SPECGEN_TEST_BAD_KEY") && Catch::Contains("control character"));
+  CHECK_THAT(b.error().message, !Catch::Contains("sk-abc") && !Catch::Contains("X-Injected"));
+  CHECK(server.requests().empty());  // nothing was sent with it
+}
+
+TEST_CASE("an SSE line longer than max_event_bytes ends that stream with an error naming the limit; the others go on") {
+  fake_server server;
+  // 9 MiB of reasoning in one line, past the 8 MiB default, as the second event (after the role chunk).
+  server.push_fault({.path = "/v1/chat/completions", .huge_at_event = 2, .huge_bytes = std::size_t{9} << 20});
+  event_loop<steady_clock> loop;
+  auto model = make_backend(loop, config_for(server));
+  recorder rec;
+  const auto big = *model->start_reasoning(ask(), rec);
+  REQUIRE(run_until(loop, [&] { return rec.ended(big) == 1; }));
+  const auto fine = *model->start_reasoning(ask(), rec);
+  REQUIRE(run_until(loop, [&] { return rec.ended(fine) == 1; }));
+  const stream_end& e = *rec.end_of(big);
+  CHECK(e.reason == finish_reason::error);
+  CHECK_THAT(e.error, Catch::Contains("longer than max_event_bytes (8388608 bytes)") && Catch::Contains("raise max_event_bytes"));
+  CHECK(rec.text(big, true) == "\n");  // the event before it was delivered, none of the long one
+  CHECK(rec.end_of(fine)->reason == finish_reason::stop);
+  CHECK(rec.text(fine, true) == joined(server_options{}.reasoning));
+}
+
+TEST_CASE("a model list larger than max_response_bytes fails create with an error naming the limit") {
+  fake_server server({.models_padding_bytes = std::size_t{17} << 20});  // past the 16 MiB default
+  event_loop<steady_clock> loop;
+  auto b = openai_backend::create(loop, config_for(server));
+  REQUIRE_FALSE(b);
+  CHECK_THAT(b.error().message, Catch::Contains("larger than max_response_bytes (16777216 bytes)"));
+}
+
+TEST_CASE("a stream that delivers more than max_stream_bytes ends with an error and its request is closed") {
+  server_options so{.tokens_per_s = 4000};  // paced: the request is still running when the client gives up
+  so.reasoning.assign(600, " word");
+  fake_server server(so);
+  event_loop<steady_clock> loop;
+  openai_config c = config_for(server);
+  c.max_stream_bytes = 2048;
+  auto model = make_backend(loop, c);
+  recorder rec;
+  const auto id = *model->start_reasoning(ask(), rec);
+  REQUIRE(run_until(loop, [&] { return rec.ended(id) == 1; }));
+  CHECK(rec.end_of(id)->reason == finish_reason::error);
+  CHECK_THAT(rec.end_of(id)->error, Catch::Contains("max_stream_bytes (2048 bytes)"));
+  CHECK(rec.text(id, true).size() + rec.ids(id, true).size() * sizeof(token_id) <= 2048);
+  CHECK(server.wait_until([](const auto& rs) { return find(rs, "/v1/chat/completions")->client_closed; }, 5));
+}
+
+TEST_CASE("an answer is handed over as soon as it completes, not at the I/O loop's next wake-up") {
+  // create waits for three answers (the model list, two tokenizations); each used to be able to sit a second.
+  fake_server server;
+  event_loop<steady_clock> loop;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto model = make_backend(loop, config_for(server));
+    CHECK(seconds_since(t0) < 0.75);
+  }
+}
+
+TEST_CASE("create gives up on a server that accepts the connection and never answers, within connect + response timeout") {
+  fake_server server;
+  server.push_fault({.path = "/v1/models", .silent = true});
+  event_loop<steady_clock> loop;
+  openai_config c = config_for(server);
+  c.connect_timeout_s = 0.2;
+  c.response_timeout_s = 0.3;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto b = openai_backend::create(loop, c);
+  REQUIRE_FALSE(b);
+  CHECK(seconds_since(t0) < 2);
+  CHECK_THAT(b.error().message, Catch::Contains("cannot reach") && Catch::Contains("no answer within 0.5 s"));
+}
+
+TEST_CASE("a stream without response headers ends, unretried, once GET /v1/models gets no answer either") {
+  fake_server server;
+  event_loop<steady_clock> loop;
+  openai_config c = config_for(server);
+  c.connect_timeout_s = 0.5;  // with the response timeout, what create's own requests get
+  c.response_timeout_s = 0.2;
+  auto model = make_backend(loop, c);
+  server.push_fault({.path = "/v1/chat/completions", .silent = true});
+  server.push_fault({.path = "/v1/models", .silent = true});  // the server has hung since create asked it
+  recorder rec;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto id = *model->start_reasoning(ask(), rec);
+  REQUIRE(run_until(loop, [&] { return rec.ended(id) == 1; }, 5));
+  CHECK(seconds_since(t0) < 2.5);  // 0.2 s for the headers, 0.7 s for the check: not the idle timeout
+  CHECK(rec.end_of(id)->reason == finish_reason::error);
+  CHECK_THAT(rec.end_of(id)->error, Catch::Contains("no response from") && Catch::Contains("(response_timeout_s)") &&
+                                        Catch::Contains("/v1/models got none either"));
+  CHECK(count(server.requests(), "/v1/chat/completions") == 1);
+  CHECK(model->stats().retries == 0);
+}
+
+TEST_CASE("a stream whose headers come late, as SGLang's do for a queued request, waits while the server answers") {
+  fake_server server({.format = testing::wire::sglang});
+  server.push_fault({.path = "/v1/chat/completions", .headers_delay_s = 0.7});
+  event_loop<steady_clock> loop;
+  openai_config c = config_for(server);
+  c.response_timeout_s = 0.15;
+  auto model = make_backend(loop, c);
+  recorder rec;
+  const auto id = *model->start_reasoning(ask(), rec);
+  REQUIRE(run_until(loop, [&] { return rec.ended(id) == 1; }, 5));
+  CHECK(rec.end_of(id)->reason == finish_reason::stop);
+  CHECK(rec.text(id, true) == joined(server_options{}.reasoning));
+  // The probe, then checks that the server is alive while the stream waited.
+  CHECK(count(server.requests(), "/v1/models") >= 2);
+}
+
+TEST_CASE("keep-alive comments and empty events do not hold a stalled stream open past idle_timeout_s") {
+  fake_server server;
+  server.push_fault({.path = "/v1/chat/completions", .stall_after_events = 3, .ping_interval_s = 0.02});
+  event_loop<steady_clock> loop;
+  openai_config c = config_for(server);
+  c.idle_timeout_s = 0.3;
+  auto model = make_backend(loop, c);
+  recorder rec;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto id = *model->start_reasoning(ask(), rec);
+  REQUIRE(run_until(loop, [&] { return rec.ended(id) == 1; }, 3));
+  CHECK(seconds_since(t0) < 2);
+  CHECK(rec.text(id, true) == joined(server_options{}.reasoning, 2));
+  CHECK_THAT(rec.end_of(id)->error, Catch::Contains("no progress from") && Catch::Contains("0.3 s"));
+  CHECK(server.wait_until([](const auto& rs) { return find(rs, "/v1/chat/completions")->client_closed; }, 5));
+}
+
+TEST_CASE("SGLang refuses return_token_ids on a streamed chat completion; the stream ends with its message, unretried") {
+  // Told the server is vLLM, the client asks for the ids; SGLang answers 400.
+  fake_server server({.format = testing::wire::sglang});
+  event_loop<steady_clock> loop;
+  openai_config c = config_for(server);
+  c.server = "vllm";
+  auto model = make_backend(loop, c);
+  recorder rec;
+  const auto id = *model->start_reasoning(ask(), rec);
+  REQUIRE(run_until(loop, [&] { return rec.ended(id) == 1; }));
+  CHECK(rec.end_of(id)->reason == finish_reason::error);
+  CHECK_THAT(rec.end_of(id)->error, Catch::Contains("HTTP 400") && Catch::Contains("return_token_ids is not supported with streaming"));
+  CHECK(count(server.requests(), "/v1/chat/completions") == 1);
+}
+
+TEST_CASE("on SGLang fork_prompt token_ids is refused at create, saying why") {
+  fake_server server({.format = testing::wire::sglang});
+  event_loop<steady_clock> loop;
+  openai_config c = config_for(server);
+  c.fork_prompt = "token_ids";
+  auto b = openai_backend::create(loop, c);
+  REQUIRE_FALSE(b);
+  CHECK_THAT(b.error().message, Catch::Contains("SGLang streams no token ids"));
+}
+
+TEST_CASE("SGLang fork requests ask for token ids, which SGLang streams for completions") {
+  fake_server server({.format = testing::wire::sglang, .tokens_per_s = 400});
+  event_loop<steady_clock> loop;
+  auto model = make_backend(loop, config_for(server));
+  recorder main, forks;
+  stream_id parent = 0;
+  std::optional<stream_id> fork_id;
+  main.on_each = [&](const stream_chunk& ch) {
+    if (ch.reasoning && !fork_id) fork_id = *model->fork({.ctx = {}, .parent = parent, .reasoning_prefix = {}, .samples = 2}, forks);
+  };
+  parent = *model->start_reasoning(ask(), main);
+  REQUIRE(run_until(loop, [&] { return main.ended(parent) == 1 && fork_id && forks.ended(*fork_id) == 2; }));
+  const auto rs = server.requests();
+  const auto* cmpl = find(rs, "/v1/completions");
+  REQUIRE(cmpl);
+  CHECK(cmpl->body["return_token_ids"] == true);
+  for (int k = 0; k < 2; ++k) CHECK(forks.text(*fork_id, false, k) == fork_candidate(k));
+  CHECK_FALSE(forks.ids(*fork_id, false).empty());
 }

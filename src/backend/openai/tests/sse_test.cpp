@@ -16,10 +16,10 @@ std::vector<std::string> parse_in_pieces(std::string_view stream, const std::vec
   auto on = [&](std::string_view d) { events.emplace_back(d); };
   std::size_t at = 0;
   for (std::size_t cut : cuts) {
-    p.feed(stream.substr(at, cut - at), on);
+    REQUIRE(p.feed(stream.substr(at, cut - at), on));
     at = cut;
   }
-  p.feed(stream.substr(at), on);
+  REQUIRE(p.feed(stream.substr(at), on));
   p.finish(on);
   return events;
 }
@@ -84,9 +84,43 @@ TEST_CASE("reset forgets a half-read SSE event") {
   sse_parser p;
   std::vector<std::string> events;
   auto on = [&](std::string_view d) { events.emplace_back(d); };
-  p.feed("data: stale\ndata: more", on);
+  CHECK(p.feed("data: stale\ndata: more", on));
   CHECK(events.empty());
   p.reset();
-  p.feed("data: fresh\n\n", on);
+  CHECK(p.feed("data: fresh\n\n", on));
   CHECK(events == std::vector<std::string>{"fresh"});
+}
+
+TEST_CASE("an SSE line longer than the limit stops the parser without buffering it, however it is split") {
+  const std::string big = "data: " + std::string(5000, 'x') + "\n\n";
+  for (std::size_t piece : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, big.size()}) {
+    INFO("pieces of " << piece);
+    sse_parser p(1024);
+    std::vector<std::string> events;
+    auto on = [&](std::string_view d) { events.emplace_back(d); };
+    REQUIRE(p.feed("data: small\n\n", on));
+    bool ok = true;
+    for (std::size_t at = 0; at < big.size() && ok; at += piece) ok = p.feed(std::string_view(big).substr(at, piece), on);
+    CHECK_FALSE(ok);
+    CHECK(p.overflowed());
+    CHECK(events == std::vector<std::string>{"small"});  // what came before the long line was delivered
+    CHECK_FALSE(p.feed("data: later\n\n", on));            // and nothing after it is
+    p.finish(on);
+    CHECK(events.size() == 1);
+    p.reset();  // a retried request starts over
+    CHECK(p.feed("data: again\n\n", on));
+    CHECK(events.back() == "again");
+  }
+}
+
+TEST_CASE("an SSE event whose data lines together pass the limit stops the parser; one at the limit passes") {
+  sse_parser p(1024);
+  std::vector<std::string> events;
+  auto on = [&](std::string_view d) { events.emplace_back(d); };
+  const std::string line = "data: " + std::string(511, 'y') + "\n";  // two of them: 511 + 1 + 511 = 1023 bytes of data
+  CHECK(p.feed(line + line + "\n", on));
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].size() == 1023);
+  CHECK_FALSE(p.feed(line + line + line, on));  // 1535 bytes in one event, each line short
+  CHECK(p.overflowed());
 }

@@ -327,6 +327,10 @@ TEST_CASE("chat bodies carry each server's extensions and nothing else") {
   const json s = json::parse(chat_body(*dialect_of("sglang"), "m", qwen, r, "rid-1"));
   CHECK(s["rid"] == "rid-1");
   CHECK_FALSE(s.contains("request_id"));
+  // SGLang answers a streamed chat completion with return_token_ids with HTTP 400.
+  CHECK_FALSE(s.contains("return_token_ids"));
+  CHECK(s["stream_options"] == json{{"include_usage", true}, {"continuous_usage_stats", true}});
+  CHECK(s["chat_template_kwargs"] == json{{"enable_thinking", true}});
 
   const json o = json::parse(chat_body(*dialect_of("openai"), "m", qwen, r, "rid-1"));
   for (const char* k : {"return_token_ids", "chat_template_kwargs", "request_id", "rid"}) CHECK_FALSE(o.contains(k));
@@ -351,7 +355,10 @@ TEST_CASE("a completion body carries the prompt ids exactly, or the text without
   const json w = json::parse(completion_body(*dialect_of("vllm"), "m", t, 1, sp, 256, 42, "rid-3"));
   CHECK(w["prompt"] == t.text);
   CHECK(w["add_special_tokens"] == false);
-  CHECK_FALSE(json::parse(completion_body(*dialect_of("sglang"), "m", t, 1, sp, 256, 42, "r")).contains("add_special_tokens"));
+  const json g = json::parse(completion_body(*dialect_of("sglang"), "m", t, 1, sp, 256, 42, "r"));
+  CHECK_FALSE(g.contains("add_special_tokens"));
+  CHECK(g["return_token_ids"] == true);  // SGLang streams a completion's ids
+  CHECK_FALSE(json::parse(completion_body(*dialect_of("openai"), "m", t, 1, sp, 256, 42, "r")).contains("return_token_ids"));
 }
 
 TEST_CASE("the text fallback renders the preset's template, the reasoning, the close marker and the cue") {
@@ -370,4 +377,80 @@ TEST_CASE("error bodies become one readable line") {
   CHECK(error_message_of(R"({"detail":"Not Found"})") == "Not Found");
   CHECK(error_message_of("upstream timed out\n") == "upstream timed out");
   CHECK(error_message_of("") == "(empty body)");
+}
+
+TEST_CASE("a chat decoder counts as progress only events that move the stream forward, not keep-alives") {
+  auto d = make_main_decoder(1, {});
+  delivery_batch b;
+  const auto progress_after = [&](const std::string& event) {
+    const std::uint64_t before = d->progress();
+    d->on_event(event, b);
+    return d->progress() - before;
+  };
+  CHECK(progress_after(R"({"id":"c","choices":[]})") == 0);
+  CHECK(progress_after(R"({"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]})") == 0);
+  CHECK(progress_after(R"({"id":"c","choices":[{"index":0,"delta":{}}],"usage":null})") == 0);
+  CHECK(progress_after(vllm_chunk("reasoning_content", "a", {5}, 1)) > 0);
+  // The same usage again is a keep-alive; a count that grew is progress.
+  const std::string usage1 = R"({"id":"c","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":1,"total_tokens":21}})";
+  CHECK(progress_after(usage1) == 0);
+  CHECK(progress_after(R"({"id":"c","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":2,"total_tokens":22}})") > 0);
+  CHECK(progress_after(vllm_finish) > 0);
+  CHECK(split(b).ends.empty());
+}
+
+TEST_CASE("a fork decoder counts tokens as progress even past a sample's candidate, and not empty events") {
+  auto d = make_fork_decoder(9, {.samples = 1, .stop_at_closing_fence = true, .tail_tokens = 32});
+  delivery_batch b;
+  std::uint64_t last = d->progress();
+  d->on_event(R"({"id":"cmpl-1","choices":[]})", b);
+  CHECK(d->progress() == last);
+  d->on_event(cmpl(0, kernel_answer), b);
+  CHECK(d->progress() > last);
+  last = d->progress();
+  d->on_event(cmpl(0, "more"), b);  // not delivered: the candidate is complete; still generated
+  CHECK(d->progress() > last);
+}
+
+TEST_CASE("a request that delivers more than its byte limit ends with an error naming the limit") {
+  SECTION("a chat stream") {
+    auto d = make_main_decoder(1, {}, 1024);
+    delivery_batch b;
+    const std::string piece(100, 'r');
+    for (int i = 0; i < 20 && !d->finished(); ++i) d->on_event(vllm_chunk("reasoning_content", piece, {i}, i + 1), b);
+    REQUIRE(d->finished());
+    const decoded r = split(b);
+    REQUIRE(r.ends.size() == 1);
+    CHECK(r.ends[0].reason == finish_reason::error);
+    CHECK_THAT(r.ends[0].error, Catch::Contains("max_stream_bytes (1024 bytes)") && Catch::Contains("raise max_stream_bytes"));
+    std::uint64_t held = 0;
+    for (const auto& c : r.chunks) held += c.text.size() + c.tokens.size() * sizeof(token_id);
+    CHECK(held <= 1024);  // the chunk that would pass the limit is not delivered
+  }
+  SECTION("a fork, all samples together") {
+    auto d = make_fork_decoder(9, {.samples = 2, .stop_at_closing_fence = true, .tail_tokens = 32, .max_bytes = 1024});
+    delivery_batch b;
+    const std::string piece(100, 'f');
+    for (int i = 0; i < 20 && !d->finished(); ++i) d->on_event(cmpl(i % 2, piece), b);
+    REQUIRE(d->finished());
+    const decoded r = split(b);
+    REQUIRE(r.ends.size() == 2);
+    for (const auto& e : r.ends) CHECK_THAT(e.error, Catch::Contains("max_stream_bytes (1024 bytes)"));
+  }
+}
+
+TEST_CASE("what a server writes into an error or a finish reason reaches the stream error cut to a readable length") {
+  const std::string long_text(100000, 'e');
+  auto d = make_main_decoder(1, {});
+  delivery_batch b;
+  d->on_event(json{{"error", {{"message", long_text}}}}.dump(), b);
+  auto f = make_fork_decoder(9, {.samples = 1, .stop_at_closing_fence = true, .tail_tokens = 0});
+  f->on_event(cmpl(0, "x", long_text), b);
+  const decoded r = split(b);
+  REQUIRE(r.ends.size() == 2);
+  for (const auto& e : r.ends) {
+    CHECK(e.reason == finish_reason::error);
+    CHECK(e.error.size() < 400);
+    CHECK_THAT(e.error, Catch::Contains("(100000 bytes)"));
+  }
 }
