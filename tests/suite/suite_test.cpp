@@ -45,7 +45,7 @@ const fs::path suite_dir = SPECGEN_SUITE_DIR;
 const fs::path tasks_dir = suite_dir / "tasks";
 const fs::path candidates_dir = suite_dir / "candidates";
 
-/// The kinds of kernel ISSUE 4 asks the suite to cover (level 1), and the fusions (level 2).
+/// The kinds of kernel the suite covers (level 1), and the fusions (level 2).
 const std::vector<std::string> level1_tasks{"matmul_square", "matmul_rect", "matmul_batched", "matvec",  "softmax",
                                             "layernorm",     "rmsnorm",     "reduce_sum",     "reduce_max", "transpose",
                                             "conv2d",        "maxpool2d",   "gelu",           "relu",    "cumsum"};
