@@ -1,4 +1,4 @@
-// specgen-bench's GPU subcommands (issue 3): the evaluator on real GPUs.
+// specgen-bench's GPU subcommands: the evaluator on real GPUs.
 //
 //   gpu-latency  per-candidate cost of compile (cold and cached), validation
 //                and profiling; candidates per second per GPU, serially and
@@ -12,6 +12,7 @@
 // Without a GPU every subcommand prints "no GPU: <reason>" and exits 0.
 #include "gpu_support.hpp"
 #include "support/args.hpp"
+#include "support/out_dir.hpp"
 #include "support/world.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
@@ -160,6 +161,8 @@ int bench_latency(const programs::args& a) {
   auto config = session_for(device, cold.path.string());
   // --hardware-metrics: the range-profiler pass too (its cost shows in the profile time).
   config.profile.hardware_metrics = a.has("hardware-metrics");
+  config.shared_compiler = std::make_shared<gpu::compiler>(config.compiler_settings);
+  const auto compiler = config.shared_compiler;
   auto s = open_session(config);
   fmt::print("specgen-bench gpu-latency: {} ({}), {} task(s) x their kernels x {} rep(s); cold cache {}\n",
              s->device().name, s->device().arch, tasks.size(), reps, cold.path.string());
@@ -174,6 +177,8 @@ int bench_latency(const programs::args& a) {
     if (e.result.kind != verdict_kind::ok)
       throw std::runtime_error(fmt::format("{}: the reference itself fails: {}", t.name, verdict_text(e.result)));
   }
+  // Started by the warm-up above, so no timing below includes a helper's start.
+  fmt::print("compiles run in {}\n", compiler->sandbox());
 
   struct row {
     std::string name{}, verdict{};
@@ -280,6 +285,7 @@ int bench_latency(const programs::args& a) {
                      {"profile_s", r.profile}, {"total_s", r.total}, {"median_us", r.median_us},
                      {"metrics", r.metrics}});
   write_json(a, {{"benchmark", "gpu-latency"},
+                 {"compile_sandbox", compiler->sandbox()},
                  {"method", "wall time around device_session::compile/validate/profile (steady_clock); reference "
                             "outputs computed before timing; salted sources, fresh cache dir"},
                  {"device", device_json(s->device(), *gpus)},
@@ -672,6 +678,13 @@ int bench_calibrate(const programs::args& a) {
 /// in virtual time on the simulated device (the corpus's measured cost
 /// table), so the two are reported side by side.
 int bench_e2e_live(const programs::args& a) {
+  // --journal-dir is an output directory: one run at a time may write its journals.
+  std::optional<programs::out_dir_lock> journal_lock;
+  if (a.has("journal-dir")) {
+    auto lock = programs::out_dir_lock::acquire(a.get("journal-dir"));
+    if (!lock) throw std::invalid_argument(lock.error().message);
+    journal_lock.emplace(std::move(*lock));
+  }
   const std::filesystem::path dir = a.has("corpus") ? std::filesystem::path(a.get("corpus")) : programs::default_suite_dir();
   auto corpus = replay::load_corpus(dir);
   if (!corpus) throw std::runtime_error(corpus.error().what());
@@ -781,7 +794,6 @@ int bench_e2e_live(const programs::args& a) {
     // and termination with its time), to see afterwards where a mode's time went.
     std::unique_ptr<journal_writer> journal;
     if (a.has("journal-dir")) {
-      std::filesystem::create_directories(a.get("journal-dir"));
       journal = std::make_unique<journal_writer>(std::filesystem::path(a.get("journal-dir")) / (mode + ".jsonl"), false);
     }
     engine eng(loop, model, **pool, config(), journal.get());

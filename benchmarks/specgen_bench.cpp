@@ -38,24 +38,26 @@ e2e options:
   --modes LIST         comma-separated modes (default: all ten)
   --corpus DIR         a replay corpus (default: the bundled suite, tasks/suite);
                        "procedural" for the generated corpus
-  --tasks N            tasks of the procedural corpus (default 8)
-  --rounds N           iterations per task (default: the rounds a loaded corpus
-                       recorded, 3 for the suite; 20 for the procedural corpus)
+  --tasks N            tasks of the procedural corpus, 1 to 10000 (default 8)
+  --rounds N           iterations per task, 1 to 3333 (default: the rounds a loaded
+                       corpus recorded, 3 for the suite; 20 for the procedural corpus)
   --corpus-seed N      seed of the procedural corpus (default 1)
   --seed N             run seed (default 1)
-  --seeds N            run seeds (and procedural corpora) to average over
+  --seeds N            run seeds (and procedural corpora) to average over, 1 to 100
                        (default 3 procedural, 1 loaded)
   --no-equal-time      skip the runs that give every mode sequential's time
-  --devices N          simulated evaluation GPUs (default 4)
-  --streams N          backend stream limit (default 64)
-  --target X           target speedup for seconds_to_target (default 2.0)
-  --prefix-hit F       fraction of a fork's prefix the server still caches
+  --devices N          simulated evaluation GPUs, 1 to 1024 (default 4)
+  --streams N          backend stream limit, 1 to 65536 (default 64)
+  --target X           target speedup for seconds_to_target, 0.001 to 1000, or 0
+                       for none (default 2.0)
+  --prefix-hit F       fraction of a fork's prefix the server still caches, 0 to 1
                        (limited memory budget; default 0.25)
   --decode-slowdown F  the replay model's decode slowdown per extra active
-                       sequence (default 0.01: 64 sequences at ~60% speed)
+                       sequence, 0 to 1 (default 0.01: 64 sequences at ~60% speed)
   --out FILE           write the JSON results
 engine options:
-  --tasks N, --rounds N (default 20 x 50 = 1,000 rounds), --seed N, --out FILE
+  --tasks N (1 to 10000), --rounds N (1 to 10000; default 20 x 50 = 1,000 rounds),
+  --seed N, --out FILE
 gpu-* options (real GPUs; "no GPU: <reason>" and exit 0 without one):
   --tasks DIR          task files (default tasks/examples), --task NAME only that one
   --device N           the GPU of the single-session benchmarks (default 0)
@@ -181,23 +183,23 @@ int bench_e2e(const programs::args& a) {
     if (!c) throw std::invalid_argument(c.error().message);
     loaded = std::move(*c);
   }
-  int rounds = a.number<int>("rounds", 20);
+  // The equal-time runs generate 3x the rounds: --rounds stays within a corpus's limit.
+  int rounds = a.number<int>("rounds", 20, detail::in(1, limits::max_rounds / 3));
   if (loaded && !a.has("rounds")) rounds = programs::recorded_rounds(*loaded);
-  const int seeds = a.number<int>("seeds", cc.dir ? 1 : 3);
-  const double target = a.number<double>("target", 2.0);
+  const int seeds = a.number<int>("seeds", cc.dir ? 1 : 3, detail::in(1, 100));
+  const double target = a.number<double>("target", 2.0, limits::target_speedup);
   const bool equal_time = std::find(modes.begin(), modes.end(), "sequential") != modes.end() && !a.has("no-equal-time");
-  if (rounds < 1 || seeds < 1) throw std::invalid_argument("--rounds and --seeds must be at least 1");
   const std::uint64_t corpus_seed = a.number<std::uint64_t>("corpus-seed", 1);
-  cc.params.tasks = a.number<int>("tasks", 8);
+  cc.params.tasks = a.number<int>("tasks", 8, detail::in(1, 10'000));
   // Enough recorded rounds for the equal-time runs, where faster modes run more rounds.
   cc.params.rounds = equal_time ? rounds * 3 : rounds;
   cc.params.lanes = 4;  // the parallel and evolve modes run 4 lanes
 
   programs::run_options o;
-  o.sim.devices = a.number<int>("devices", 4);
-  o.replay.max_concurrent_streams = a.number<int>("streams", 64);
-  o.replay.server_prefix_hit = a.number<double>("prefix-hit", 0.25);
-  o.replay.slowdown_per_sequence = a.number<double>("decode-slowdown", o.replay.slowdown_per_sequence);
+  o.sim.devices = a.number<int>("devices", 4, limits::devices);
+  o.replay.max_concurrent_streams = a.number<int>("streams", 64, detail::in(1, 65'536));
+  o.replay.server_prefix_hit = a.number<double>("prefix-hit", 0.25, detail::in(0.0, 1.0));
+  o.replay.slowdown_per_sequence = a.number<double>("decode-slowdown", o.replay.slowdown_per_sequence, detail::in(0.0, 1.0));
   const std::uint64_t run_seed = a.number<std::uint64_t>("seed", 1);
 
   fmt::print("specgen-bench e2e: {}, {} rounds x {} seeds, {} simulated GPUs, target {:.2f}x, server prefix hit {:.2f}, "
@@ -339,8 +341,8 @@ int bench_e2e(const programs::args& a) {
 
 int bench_engine(const programs::args& a) {
   programs::corpus_choice cc;
-  cc.params.tasks = a.number<int>("tasks", 20);
-  cc.params.rounds = a.number<int>("rounds", 50);
+  cc.params.tasks = a.number<int>("tasks", 20, detail::in(1, 10'000));
+  cc.params.rounds = a.number<int>("rounds", 50, limits::rounds);
   cc.params.lanes = 1;
   cc.seed = a.number<std::uint64_t>("seed", 1);
   const auto g0 = std::chrono::steady_clock::now();

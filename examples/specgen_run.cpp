@@ -6,6 +6,7 @@
 // journal.jsonl and timeline.json under ./specgen-out. `--evaluator gpu`
 // evaluates every candidate on the real GPUs instead.
 #include "support/args.hpp"
+#include "support/out_dir.hpp"
 #include "support/world.hpp"
 
 #include <specgen/modes.hpp>
@@ -41,27 +42,31 @@ Suite and model:
                       the bundled suite (tasks/suite, 20 tasks); "procedural" for
                       the generated corpus
   --corpus-seed N     seed of the procedural corpus (default 1)
-  --tasks N           run only the first N tasks
+  --tasks N           run only the first N tasks (1 to 10000)
   --backend NAME      replay (default), or openai: a vLLM, SGLang or other
                       OpenAI-compatible server (runs in real time)
-  --decode-rate R     the replay model's decode speed in tokens/s (default 70, the
-                      calibrated speed of a large reasoning model on an H200)
+  --decode-rate R     the replay model's decode speed in tokens/s, 1 to 100000
+                      (default 70, the calibrated speed of a large reasoning model
+                      on an H200)
 Search:
   --mode MODE         sequential, parallel, evolve, specgen (default),
                       parallel+specgen, evolve+specgen, +spec, +elastic, +priority, +kv
-  --config FILE       JSON engine configuration (see docs/policies.md); --mode,
-                      --rounds and --seed override it
-  --rounds N          iterations per task (default: the rounds the corpus recorded,
-                      3 for the suite; 10 for the procedural corpus)
+  --config FILE       JSON engine configuration (see docs/policies.md); --rounds
+                      and --seed override it; --mode replaces its "mode", and is
+                      refused if the file sets a strategy, trigger, termination,
+                      pool or kv other than the mode's
+  --rounds N          iterations per task, 1 to 10000 (default: the rounds the
+                      corpus recorded, 3 for the suite; 10 for the procedural corpus)
   --seed N            run seed (default 1)
-  --target X          target speedup for seconds_to_target (default 0: none)
+  --target X          target speedup for seconds_to_target, 0.001 to 1000
+                      (default 0: none)
 Evaluation:
   --evaluator KIND    sim (default): the simulated device, answering from the
                       corpus's cost table measured on an H200; gpu: the GPU pool,
                       compiling, validating and profiling every candidate on real
                       GPUs (real time; the replay model at its calibrated speed)
   --gpus LIST         --evaluator gpu: the GPUs to use, e.g. 0,1 (default: all)
-  --devices N         simulated GPUs (default 4)
+  --devices N         simulated GPUs, 1 to 1024 (default 4)
   --real-time         run at wall-clock speed instead of virtual time
 OpenAI backend (--backend openai; docs/backends.md):
   --base-url URL      the server, e.g. http://127.0.0.1:8000
@@ -73,11 +78,17 @@ OpenAI backend (--backend openai; docs/backends.md):
   --openai-config F   a JSON backend configuration (docs/backends.md); the flags
                       above override it
 Output:
-  --out DIR           results.json, journal.jsonl, timeline.json (default specgen-out)
-  --resume            continue the run whose journal is in --out
-  --progress-every S  seconds of (virtual) time between progress lines (default 120;
-                      2 with --real-time)
+  --out DIR           results.json, journal.jsonl, timeline.json (default specgen-out);
+                      one run at a time: a second run on DIR exits with status 2
+  --resume            continue the run whose journal is in --out, given the flags it
+                      started with (another corpus, configuration or seed is refused)
+  --progress-every S  seconds of (virtual) time between progress lines, 1 to 86400
+                      (default 120; 2 with --real-time)
   --quiet             no progress lines
+
+Exit status: 0 when every search ran (failed streams are counted in the summary and
+results.json); 1 when the run failed, or every stream of a search failed; 2 for bad
+flags, an output directory in use, or a --resume that does not match the journal.
 )";
 
 std::string tokens_text(std::uint64_t n) {
@@ -92,19 +103,21 @@ void print_progress(const std::vector<search_progress>& ps, double now_s, int ro
   std::fflush(stdout);
 }
 
+/// The JSON object in the file a flag names (a regular file of at most 1 MiB;
+/// comments allowed).
+nlohmann::json read_config_file(const programs::args& a, const std::string& flag) {
+  auto j = detail::read_json_file(a.get(flag), detail::file_kinds::config);
+  if (!j) throw std::invalid_argument(fmt::format("--{}: {}", flag, j.error().message));
+  if (!j->is_object())
+    throw std::invalid_argument(fmt::format("--{}: {}: must be a JSON object {{...}}, got {}", flag, a.get(flag), j->type_name()));
+  return std::move(*j);
+}
+
 #ifdef SPECGEN_RUN_OPENAI
 /// The backend's configuration: --openai-config, then the flags on top.
 openai::openai_config openai_config_from(const programs::args& a) {
   nlohmann::json j = nlohmann::json::object();
-  if (a.has("openai-config")) {
-    std::ifstream in(a.get("openai-config"));
-    if (!in) throw std::invalid_argument(fmt::format("--openai-config: cannot read {}", a.get("openai-config")));
-    try {
-      j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::invalid_argument(fmt::format("--openai-config {}: {}", a.get("openai-config"), e.what()));
-    }
-  }
+  if (a.has("openai-config")) j = read_config_file(a, "openai-config");
   const std::pair<const char*, const char*> flags[] = {
       {"base-url", "base_url"}, {"model", "model"}, {"preset", "preset"}, {"server", "server"}, {"api-key-env", "api_key_env"}};
   for (const auto& [flag, key] : flags)
@@ -115,7 +128,7 @@ openai::openai_config openai_config_from(const programs::args& a) {
 }
 
 void print_server(const openai::server_info& s, const openai::openai_config& c) {
-  fmt::print("             {} server at {}, model {}, preset {}; forks send {}\n", s.kind, c.base_url, c.model, s.family.name,
+  fmt::print("             {} server at {}, model {}, preset {}; forks send {}\n", s.kind, openai::redact_url(c.base_url), c.model, s.family.name,
              s.token_ids_note.empty() ? std::string("token ids where the stream has them") : "text (" + s.token_ids_note + ")");
 }
 
@@ -138,7 +151,7 @@ nlohmann::json openai_summary(const openai::openai_backend& b) {
 #ifdef SPECGEN_RUN_GPU
 /// The search on real GPUs: the replay model in real time and the GPU pool
 /// (a worker per GPU) evaluating every candidate the traces produce.
-expected<run_result, error> run_on_gpus(const programs::args& a, const replay::corpus& corpus, engine_config cfg,
+expected<run_result, programs::run_error> run_on_gpus(const programs::args& a, const replay::corpus& corpus, engine_config cfg,
                                         const programs::run_options& o) {
   auto n = gpu::device_count();
   if (!n || *n == 0)
@@ -185,44 +198,39 @@ int run(int argc, char** argv) {
 
   // Configuration: a JSON file, then the flags on top.
   nlohmann::json cj = nlohmann::json::object();
-  if (a.has("config")) {
-    std::ifstream in(a.get("config"));
-    if (!in) throw std::invalid_argument(fmt::format("--config: cannot read {}", a.get("config")));
-    try {
-      cj = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::invalid_argument(fmt::format("--config {}: {}", a.get("config"), e.what()));
-    }
-  }
-  if (a.has("mode")) cj["mode"] = a.get("mode");
+  if (a.has("config")) cj = read_config_file(a, "config");
   if (a.has("seed")) cj["seed"] = a.number<std::uint64_t>("seed", 1);
-  auto cfg = config_from_json(cj);
-  if (!cfg) throw std::invalid_argument(fmt::format("{}{}", a.has("config") ? a.get("config") + ": " : "", cfg.error().message));
-  if (a.has("target")) cfg->budget.target_speedup = a.number<double>("target", 0);
+  // --mode replaces the config's "mode"; a policy the config sets must then agree with it.
+  auto cfg = a.has("mode") ? config_with_mode(cj, a.get("mode")) : config_from_json(cj);
+  if (!cfg)
+    throw std::invalid_argument(fmt::format("{}{}{}", a.has("config") ? a.get("config") + ": " : "",
+                                            a.has("mode") && a.has("config") ? "--mode: " : "", cfg.error().message));
+  if (a.has("mode")) cj["mode"] = a.get("mode");
+  if (a.has("target")) cfg->budget.target_speedup = a.number<double>("target", 0, limits::target_speedup);
 
   // Rounds: --rounds, else the configuration's, else what the corpus recorded
   // (the suite: 3 per task) or 10 for the procedural corpus (generated to fit).
   programs::corpus_choice cc;
   cc.dir = programs::corpus_dir(a.has("corpus") ? std::optional<std::string>(a.get("corpus")) : std::nullopt);
   cc.seed = a.number<std::uint64_t>("corpus-seed", 1);
-  cc.max_tasks = a.number<int>("tasks", 0);
+  cc.max_tasks = a.number<int>("tasks", 0, detail::in(1, 10'000));
   const bool rounds_given = a.has("rounds") || (cj.contains("budget") && cj["budget"].contains("max_rounds"));
-  if (a.has("rounds")) cfg->budget.max_rounds = a.number<int>("rounds", 10);
+  if (a.has("rounds")) cfg->budget.max_rounds = a.number<int>("rounds", 10, limits::rounds);
   else if (!rounds_given) cfg->budget.max_rounds = 10;
-  if (cfg->budget.max_rounds < 1) throw std::invalid_argument("--rounds must be at least 1");
   cc.params.rounds = std::max(cc.params.rounds, cfg->budget.max_rounds);
   auto corpus = programs::load_or_generate(cc);
   if (!corpus) throw std::invalid_argument(corpus.error().message);
   if (cc.dir && !rounds_given) cfg->budget.max_rounds = std::max(1, programs::recorded_rounds(*corpus));
 
   const fs::path out = a.get("out", "specgen-out");
-  fs::create_directories(out);
+  // One run per output directory, from before its journal is read until its results are written.
+  auto out_lock = programs::out_dir_lock::acquire(out);
+  if (!out_lock) throw std::invalid_argument(out_lock.error().message);
   programs::run_options o;
-  o.sim.devices = a.number<int>("devices", 4);
+  o.sim.devices = a.number<int>("devices", 4, limits::devices);
   if (a.has("decode-rate")) {
     if (backend_name != "replay") throw std::invalid_argument("--decode-rate is the replay model's; a server decodes at its own speed");
-    o.replay.decode_tokens_per_s = a.number<double>("decode-rate", o.replay.decode_tokens_per_s);
-    if (!(o.replay.decode_tokens_per_s > 0)) throw std::invalid_argument("--decode-rate must be positive");
+    o.replay.decode_tokens_per_s = a.number<double>("decode-rate", o.replay.decode_tokens_per_s, detail::in(1.0, 1e5));
   }
   o.sim.seed = cfg->seed;
   o.journal = out / "journal.jsonl";
@@ -242,7 +250,7 @@ int run(int argc, char** argv) {
     throw std::invalid_argument("--evaluator gpu runs with the replay backend in this version");
   // A real server streams in real time, and real GPUs evaluate in it.
   const bool real_time = a.has("real-time") || backend_name == "openai" || on_gpus;
-  o.progress_every = seconds(a.number<double>("progress-every", real_time ? 2.0 : 120.0));
+  o.progress_every = seconds(a.number<double>("progress-every", real_time ? 2.0 : 120.0, detail::in(1.0, 86'400.0)));
   const int rounds = cfg->budget.max_rounds;
   if (!a.has("quiet")) o.progress = [rounds](const std::vector<search_progress>& p, double now) { print_progress(p, now, rounds); };
 
@@ -257,7 +265,7 @@ int run(int argc, char** argv) {
                o.sim.devices, real_time ? "real" : "virtual");
   const nlohmann::json config_json = to_json(*cfg);
   nlohmann::json backend_json;  // what the OpenAI backend did; null for replay
-  expected<run_result, error> r;
+  expected<run_result, programs::run_error> r;
 #ifdef SPECGEN_RUN_OPENAI
   if (openai_cfg) {
     event_loop<steady_clock> loop;
@@ -276,6 +284,12 @@ int run(int argc, char** argv) {
     r = real_time ? programs::run_corpus<steady_clock>(*corpus, std::move(*cfg), o)
                   : programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);
   }
+  if (!r && r.error().why == programs::run_error::kind::other_run)
+    throw std::invalid_argument(fmt::format(
+        "{}. With specgen-run: give the --corpus, --tasks, --mode, --config, --rounds, --seed and --target the run "
+        "started with, or run without --resume into a new --out",
+        r.error().message));
+  if (!r && r.error().why == programs::run_error::kind::refused) throw std::invalid_argument(r.error().message);
   if (!r) throw std::runtime_error(r.error().message);
 
   nlohmann::json results = *r;
@@ -292,9 +306,30 @@ int run(int argc, char** argv) {
   for (const auto& s : r->searches)
     fmt::print("{:<26} {:>6} {:>7.2f}x {:>9} {:>9} {:>10}  {}\n", s.task, s.rounds, s.best_speedup, s.profiled, s.forks,
                tokens_text(s.generated_tokens), s.end_reason);
-  fmt::print("\nend-to-end {:.1f} s, {} kernels profiled, pool utilisation {:.1f}%, geomean best speedup {:.2f}x\n",
-             r->e2e_seconds, r->profiled_kernels, 100 * r->pool_utilization, r->best_speedup_geomean);
+  fmt::print("\nend-to-end {:.1f} s, {} kernels profiled, pool utilisation {:.1f}%{}, geomean best speedup {:.2f}x\n",
+             r->e2e_seconds, r->profiled_kernels, 100 * r->pool_utilization,
+             r->pool_utilization_whole_run ? "" : " (this segment only: an earlier one was killed)", r->best_speedup_geomean);
+  if (r->segments.size() > 1)
+    fmt::print("the run was resumed: {} segments, its figures cover all of them (timeline.json shows the last)\n",
+               r->segments.size());
   fmt::print("wrote {}, {}, {}\n", (out / "results.json").string(), o.journal->string(), o.timeline->string());
+  // Failed streams are reported; a search none of whose streams ran is a failed run.
+  std::string failures, dead;
+  const search_result* first_dead = nullptr;
+  for (const auto& s : r->searches) {
+    if (s.stream_failures > 0) failures += fmt::format("{}search {} ({}): {}", failures.empty() ? "" : ", ", s.search, s.task, s.stream_failures);
+    if (s.every_stream_failed()) {
+      dead += fmt::format("{}search {} ({})", dead.empty() ? "" : ", ", s.search, s.task);
+      if (!first_dead) first_dead = &s;
+    }
+  }
+  if (r->stream_failures > 0)
+    fmt::print("{} stream(s) failed: {} (each error is in the journal)\n", r->stream_failures, failures);
+  if (first_dead) {
+    fmt::print(stderr, "specgen-run: error: every stream of {} failed, so it produced nothing; the first error: {}\n", dead,
+               first_dead->first_stream_error);
+    return 1;
+  }
   return 0;
 }
 

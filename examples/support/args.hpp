@@ -1,6 +1,8 @@
 #pragma once
 // A small command-line reader shared by the programs: `--name value` and
 // `--flag`, with errors that say which flag is wrong.
+#include <specgen/detail/limits.hpp>
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -47,24 +49,19 @@ class args {
     auto it = values_.find(name);
     return it == values_.end() ? fallback : it->second;
   }
+  /// The value of `--name` as a number in `r` (the range the --help text
+  /// gives), or `fallback` when the flag is absent. Anything else, "-1" for
+  /// a count, "inf" or "nan" included, throws std::invalid_argument saying
+  /// what the flag accepts. Without `r`, any finite value of T.
   template <class T>
-  [[nodiscard]] T number(const std::string& name, T fallback) const {
+  [[nodiscard]] T number(const std::string& name, T fallback, const detail::range<T>& r = detail::any_value<T>()) const {
     auto it = values_.find(name);
     if (it == values_.end()) return fallback;
-    if constexpr (std::is_floating_point_v<T>) {
-      try {
-        std::size_t used = 0;
-        double v = std::stod(it->second, &used);
-        if (used == it->second.size()) return static_cast<T>(v);
-      } catch (const std::exception&) {
-      }
-    } else {
-      T v{};
-      const auto& s = it->second;
-      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-      if (ec == std::errc{} && p == s.data() + s.size()) return v;
-    }
-    throw std::invalid_argument(fmt::format("--{}: '{}' is not a valid number", name, it->second));
+    const auto& s = it->second;
+    T v{};
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc{} && p == s.data() + s.size() && r.contains(v)) return v;
+    throw std::invalid_argument(fmt::format("--{} {}: must be {}", name, s, r.describe()));
   }
   [[nodiscard]] const std::vector<std::string>& positional() const noexcept { return positional_; }
 

@@ -84,6 +84,27 @@ inline expected<replay::corpus, error> load_or_generate(const corpus_choice& c) 
   return out;
 }
 
+/// A fingerprint of everything in a corpus that decides a run: its tasks, its
+/// traces and its cost table (the run identity's `corpus`).
+inline std::string corpus_fingerprint(const replay::corpus& c) {
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const auto& t : c.tasks) tasks.push_back(to_json(t));
+  nlohmann::json costs = c.costs;
+  return fingerprint(detail::dump_json({{"tasks", tasks}, {"traces", replay::traces_to_json(c.traces)}, {"costs", costs}}));
+}
+
+/// Why `run_corpus_on` did not give a result.
+struct run_error {
+  enum class kind : std::uint8_t {
+    failed,     ///< the run failed
+    refused,    ///< nothing to resume, or a journal that cannot be resumed (damaged, another format)
+    other_run,  ///< the journal to resume is another run's: other corpus, configuration or seed
+  };
+  std::string message;
+  kind why = kind::failed;
+  run_error(error e, kind k = kind::failed) : message(std::move(e.message)), why(k) {}  // NOLINT: every error converts
+};
+
 /// How to run one configuration on a corpus.
 struct run_options {
   replay::replay_params replay{};
@@ -100,13 +121,18 @@ struct run_options {
 /// (a journal that cannot be read or written, a resume that does not match)
 /// come back as values.
 template <clock Clock, backend Backend, evaluator Evaluator>
-expected<run_result, error> run_corpus_on(event_loop<Clock>& loop, Backend& model, Evaluator& device,
-                                          const replay::corpus& c, engine_config cfg, const run_options& o) {
+expected<run_result, run_error> run_corpus_on(event_loop<Clock>& loop, Backend& model, Evaluator& device,
+                                              const replay::corpus& c, engine_config cfg, const run_options& o) {
   std::optional<journal_state> previous;
   if (o.resume) {
-    if (!o.journal) return unexpected(error{"resume needs a journal"});
+    if (!o.journal) return unexpected(run_error(error{"resume needs a journal"}, run_error::kind::refused));
+    std::error_code ec;
+    if (!std::filesystem::exists(*o.journal, ec))
+      return unexpected(run_error(
+          error{fmt::format("nothing to resume: there is no journal {}; start the run without resuming", o.journal->string())},
+          run_error::kind::refused));
     auto st = load_journal(*o.journal);
-    if (!st) return unexpected(st.error());
+    if (!st) return unexpected(run_error(st.error(), run_error::kind::refused));
     previous = std::move(*st);
   }
   std::unique_ptr<journal_writer> journal;
@@ -118,13 +144,11 @@ expected<run_result, error> run_corpus_on(event_loop<Clock>& loop, Backend& mode
   timeline tl;
   engine eng(loop, model, device, std::move(cfg), journal.get(), o.timeline ? &tl : nullptr);
   for (const auto& t : c.tasks) eng.add_search(std::make_shared<const task>(t));
-  if (previous) {
-    try {
-      eng.resume(*previous);
-    } catch (const std::exception& e) {
-      return unexpected(error{e.what()});
-    }
-  }
+  if (journal) eng.identify_corpus(corpus_fingerprint(c));
+  if (previous)
+    if (auto resumed = eng.resume(*previous); !resumed)
+      return unexpected(run_error(error{fmt::format("cannot resume from {}: {}", o.journal->string(), resumed.error().message)},
+                                  run_error::kind::other_run));
   if (o.progress)
     eng.on_progress([&](const std::vector<search_progress>& p) { o.progress(p, to_seconds(loop.now())); }, o.progress_every);
   run_result r = eng.run();
@@ -134,15 +158,15 @@ expected<run_result, error> run_corpus_on(event_loop<Clock>& loop, Backend& mode
 
 /// `run_corpus_on` with the simulated device answering from the corpus's cost table.
 template <clock Clock, backend Backend>
-expected<run_result, error> run_corpus_with(event_loop<Clock>& loop, Backend& model, const replay::corpus& c, engine_config cfg,
-                                            const run_options& o) {
+expected<run_result, run_error> run_corpus_with(event_loop<Clock>& loop, Backend& model, const replay::corpus& c,
+                                                engine_config cfg, const run_options& o) {
   sim::simulated_device device(loop, c.costs, o.sim);
   return run_corpus_on(loop, model, device, c, std::move(cfg), o);
 }
 
 /// Run `cfg` over every task of `c` with the replay model playing its traces.
 template <clock Clock>
-expected<run_result, error> run_corpus(const replay::corpus& c, engine_config cfg, const run_options& o) {
+expected<run_result, run_error> run_corpus(const replay::corpus& c, engine_config cfg, const run_options& o) {
   event_loop<Clock> loop;
   replay::replay_model model(loop, c.traces, o.replay);
   return run_corpus_with(loop, model, c, std::move(cfg), o);

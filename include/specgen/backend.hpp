@@ -13,6 +13,7 @@
 /// @endcode
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/limits.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/types.hpp>
 
@@ -41,6 +42,13 @@ struct sampling {
   double temperature = 0.6;
   double top_p = 0.95;
   int max_tokens = 32768;
+  /// Each field with the range configs accept (docs/policies.md).
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("temperature", s.temperature, detail::in(0.0, 10.0));
+    f("top_p", s.top_p, detail::in(1e-6, 1.0));
+    f("max_tokens", s.max_tokens, detail::in(1, static_cast<int>(limits::max_tokens)));
+  }
   friend bool operator==(const sampling&, const sampling&) = default;
 };
 

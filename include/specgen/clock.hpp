@@ -21,6 +21,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,7 +32,25 @@ SPECGEN_BEGIN_NAMESPACE
 using duration = std::chrono::nanoseconds;
 using timestamp = std::chrono::nanoseconds;
 
-constexpr duration seconds(double s) noexcept {
+/// The longest duration `seconds` converts: 10^9 s (31.7 years), so that a
+/// timestamp plus such a duration still fits in 64-bit nanoseconds (292 years).
+inline constexpr double max_duration_seconds = 1e9;
+
+namespace detail {
+[[noreturn]] inline void duration_out_of_range(double s) {
+  throw std::out_of_range("specgen::seconds(" + std::to_string(s) + "): a duration must be finite and within +-" +
+                          std::to_string(max_duration_seconds) +
+                          " s; check the input's range where it is read (see specgen/detail/limits.hpp)");
+}
+}  // namespace detail
+
+/// Seconds as a duration, rounded to the nanosecond. A NaN, an infinity or a
+/// value beyond `max_duration_seconds` would overflow the integral
+/// nanoseconds (undefined behaviour; in practice a deadline at t = 0), so it
+/// throws `std::out_of_range`: inputs are range-checked where they are read,
+/// and an unchecked one reaching here is a programming error.
+constexpr duration seconds(double s) {
+  if (!(s >= -max_duration_seconds && s <= max_duration_seconds)) detail::duration_out_of_range(s);
   return duration(static_cast<std::int64_t>(s * 1e9 + (s >= 0 ? 0.5 : -0.5)));
 }
 constexpr double to_seconds(duration d) noexcept { return static_cast<double>(d.count()) * 1e-9; }

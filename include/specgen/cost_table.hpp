@@ -13,8 +13,10 @@
 ///   if (const auto* e = table->find_source(cand.source)) use(e->runtime_us);
 /// @endcode
 #include <specgen/detail/config.hpp>
-#include <specgen/expected.hpp>
+#include <specgen/detail/files.hpp>
 #include <specgen/detail/json_fields.hpp>
+#include <specgen/detail/limits.hpp>
+#include <specgen/expected.hpp>
 #include <specgen/types.hpp>
 
 #include <fmt/format.h>
@@ -119,28 +121,46 @@ inline std::optional<std::uint64_t> parse_key(std::string_view text) noexcept {
 
 namespace detail {
 
+/// The physical ranges of a table's fields. A kernel runs for at least a
+/// nanosecond (an H200 launch alone takes microseconds) and at most 10^8 us;
+/// jobs take at most an hour; a relative noise above 1 is not a measurement.
+/// Speedups are ratios of these runtimes, so they stay within 10^11.
+namespace cost_ranges {
+inline constexpr range<double> job_seconds = in(0.0, 3600.0);
+inline constexpr range<double> runtime_us = in_or_zero(1e-3, 1e8, "not measured");
+inline constexpr range<double> noise = in(0.0, 1.0);
+inline constexpr range<int> warmup = in(0, 10'000);
+/// Timed samples: the simulated profiler draws each one, so the most is a
+/// bound on its work and memory per job.
+inline constexpr range<int> samples = in(2, 10'000);
+inline constexpr range<double> noise_target = in(0.0, 1.0);
+inline constexpr range<double> flush_us = in(0.0, 1e6);
+}  // namespace cost_ranges
+
 /// The limits on profile settings, shared by JSON parsing and the simulated
 /// device's constructor. `check(ok, field, problem)` reports a violation.
 template <class Check>
 void check_profile(const profile_params& p, Check&& check) {
-  check(p.warmup >= 0, "warmup", "must be >= 0");
-  check(p.min_samples >= 2, "min_samples", "must be >= 2 (a spread needs two samples)");
+  auto within = [&](auto v, const auto& r, std::string_view field) { check(r.contains(v), field, range_problem(v, r)); };
+  within(p.warmup, cost_ranges::warmup, "warmup");
+  within(p.min_samples, cost_ranges::samples, "min_samples");
+  within(p.max_samples, cost_ranges::samples, "max_samples");
   check(p.max_samples >= p.min_samples, "max_samples", "must be >= min_samples");
-  check(p.noise_target >= 0, "noise_target", "must be >= 0");
-  check(p.flush_us >= 0, "flush_us", "must be >= 0");
-  check(p.overhead_s >= 0, "overhead_s", "must be >= 0");
+  within(p.noise_target, cost_ranges::noise_target, "noise_target");
+  within(p.flush_us, cost_ranges::flush_us, "flush_us");
+  within(p.overhead_s, cost_ranges::job_seconds, "overhead_s");
 }
 
 inline expected<profile_params, error> parse_profile(const nlohmann::json& j, std::string_view file,
                                                      std::string pointer) {
   profile_params p;
   field_reader r(j, file, std::move(pointer));
-  r.optional("warmup", p.warmup)
-      .optional("min_samples", p.min_samples)
-      .optional("max_samples", p.max_samples)
-      .optional("noise_target", p.noise_target)
-      .optional("flush_us", p.flush_us)
-      .optional("overhead_s", p.overhead_s);
+  r.optional("warmup", p.warmup, cost_ranges::warmup)
+      .optional("min_samples", p.min_samples, cost_ranges::samples)
+      .optional("max_samples", p.max_samples, cost_ranges::samples)
+      .optional("noise_target", p.noise_target, cost_ranges::noise_target)
+      .optional("flush_us", p.flush_us, cost_ranges::flush_us)
+      .optional("overhead_s", p.overhead_s, cost_ranges::job_seconds);
   if (r.ok()) check_profile(p, [&](bool ok, std::string_view f, std::string_view why) { r.check(ok, f, why); });
   if (!r.ok()) return unexpected(*r.failure());
   return p;
@@ -158,28 +178,22 @@ inline expected<std::pair<std::uint64_t, cost_entry>, error> parse_entry(const n
       .required("verdict", verdict_text)
       .optional("summary", e.summary)
       .optional("log", e.log)
-      .optional("compile_s", e.compile_s)
-      .optional("validate_s", e.validate_s)
-      .optional("profile_s", e.profile_s)
-      .optional("runtime_us", e.runtime_us)
-      .optional("noise", e.noise)
-      .optional("baseline_us", e.baseline_us);
+      .optional("compile_s", e.compile_s, cost_ranges::job_seconds)
+      .optional("validate_s", e.validate_s, cost_ranges::job_seconds)
+      .optional("profile_s", e.profile_s, cost_ranges::job_seconds)
+      .optional("runtime_us", e.runtime_us, cost_ranges::runtime_us)
+      .optional("noise", e.noise, cost_ranges::noise)
+      .optional("baseline_us", e.baseline_us, cost_ranges::runtime_us);
   const auto key = parse_key(key_text);
   const auto kind = parse_verdict(verdict_text);
   r.check(key.has_value(), "key",
           fmt::format("\"{}\" is not 16 hex digits (format_key(source_key(source)))", key_text));
   r.check(kind.has_value(), "verdict",
           fmt::format("unknown verdict \"{}\" (one of: {})", verdict_text, fmt::join(verdict_names, ", ")));
-  r.check(e.compile_s >= 0, "compile_s", "must be >= 0");
-  r.check(e.validate_s >= 0, "validate_s", "must be >= 0");
-  r.check(e.profile_s >= 0, "profile_s", "must be >= 0");
-  r.check(e.noise >= 0, "noise", "must be >= 0");
   // Profiling divides by both medians, so an ok kernel without them cannot be simulated.
   const bool ok_kernel = kind == verdict_kind::ok;
   r.check(!ok_kernel || e.runtime_us > 0, "runtime_us", "must be > 0 for a kernel whose verdict is ok");
   r.check(!ok_kernel || e.baseline_us > 0, "baseline_us", "must be > 0 for a kernel whose verdict is ok");
-  r.check(e.runtime_us >= 0, "runtime_us", "must be >= 0");
-  r.check(e.baseline_us >= 0, "baseline_us", "must be >= 0");
   if (!r.ok()) return unexpected(*r.failure());
   e.verdict = *kind;
   return std::pair{*key, std::move(e)};
@@ -228,17 +242,16 @@ inline expected<cost_table, error> parse_cost_table(const nlohmann::json& j, std
   return t;
 }
 
-/// Reads a cost-table JSON file. Errors name the path and say what to fix.
-inline expected<cost_table, error> load_cost_table(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return unexpected(error{fmt::format("{}: cannot open the cost table for reading", path.string())});
-  nlohmann::json j;
+/// Reads a cost-table JSON file (a regular file of at most 64 MiB). Errors
+/// name the path and say what to fix; this never throws.
+inline expected<cost_table, error> load_cost_table(const std::filesystem::path& path) noexcept {
   try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    return unexpected(error{fmt::format("{}: not valid JSON: {}", path.string(), e.what())});
+    auto j = detail::read_json_file(path, detail::file_kinds::cost_table, /*comments=*/false);
+    if (!j) return unexpected(j.error());
+    return parse_cost_table(*j, path.string());
+  } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
+    return unexpected(error{fmt::format("{}: cannot load the cost table: {}", path.string(), e.what())});
   }
-  return parse_cost_table(j, path.string());
 }
 
 /// The JSON form of profile settings (every field written).

@@ -26,6 +26,7 @@
 #include <specgen/backend.hpp>
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/limits.hpp>
 #include <specgen/evaluator.hpp>
 #include <specgen/extract.hpp>
 #include <specgen/journal.hpp>
@@ -37,6 +38,7 @@
 #include <specgen/policy/trigger.hpp>
 #include <specgen/prompt.hpp>
 #include <specgen/scheduler.hpp>
+#include <specgen/task_io.hpp>
 #include <specgen/timeline.hpp>
 #include <specgen/types.hpp>
 
@@ -68,12 +70,13 @@ struct search_budget {
   std::uint64_t max_tokens = 0;      ///< generated tokens per search (reasoning + answers + forks)
   double target_speedup = 0;         ///< the target for `seconds_to_target`
   bool stop_at_target = false;       ///< end the search as soon as the target is reached
+  /// Each field with the range a run can use (docs/policies.md).
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
-    f("max_rounds", s.max_rounds);
-    f("max_seconds", s.max_seconds);
-    f("max_tokens", s.max_tokens);
-    f("target_speedup", s.target_speedup);
+    f("max_rounds", s.max_rounds, limits::rounds);
+    f("max_seconds", s.max_seconds, detail::in_or_zero(1e-3, limits::max_seconds, "none"));
+    f("max_tokens", s.max_tokens, detail::in_or_zero<std::uint64_t>(1, 1'000'000 * limits::max_tokens, "none"));
+    f("target_speedup", s.target_speedup, limits::target_speedup);
     f("stop_at_target", s.stop_at_target);
   }
   [[nodiscard]] std::string invalid() const {
@@ -146,19 +149,45 @@ struct search_result {
   /// `profiled`: kernels this search profiled itself; a copy of a kernel profiled
   /// before (or being profiled) counts in `reused` instead.
   int compiled_ok = 0, validated_ok = 0, profiled = 0, cancelled = 0, reused = 0, terminations = 0;
+  /// Reasoning streams that could not start or ended with an error, and forks
+  /// whose request failed or a sample of which ended with one.
+  int stream_failures = 0;
+  std::string first_stream_error;         ///< the first failure's message
   std::map<std::string, int> verdicts;
+
+  /// True when streams failed and no stream gave the search any output (no
+  /// candidate, not even text without a kernel): the search could not run.
+  [[nodiscard]] bool every_stream_failed() const noexcept {
+    return stream_failures > 0 && candidates == 0 && extract_failures == 0;
+  }
 };
 
-/// Outcome of a run (all searches).
+/// One process's part of a run: a run never resumed has one segment, a run
+/// killed and resumed twice has three. Times are run time, which continues
+/// across segments from each killed segment's last journal record.
+struct run_segment {
+  double start_seconds = 0;
+  double end_seconds = 0;                 ///< a killed segment: its last record (later work was lost)
+  bool completed = false;                 ///< false: killed
+};
+
+/// Outcome of a run (all searches). A resumed run reports the whole run, its
+/// earlier segments read back from the journal (docs/journal.md).
 struct run_result {
   std::vector<search_result> searches;
-  double e2e_seconds = 0;                 ///< until the last search ended
-  double pool_utilization = 0;            ///< device busy time / (devices × e2e)
+  double e2e_seconds = 0;                 ///< run time until the last search ended
+  /// Device busy time / device time available. Over the whole run, unless an
+  /// earlier segment was killed: its device time is not journaled, so the
+  /// figure is then this segment's and `pool_utilization_whole_run` is false.
+  double pool_utilization = 0;
+  bool pool_utilization_whole_run = true;
   std::uint64_t generated_tokens = 0;
   int profiled_kernels = 0;               ///< distinct profiles: identical copies count once
+  int stream_failures = 0;                ///< over all searches
   double best_speedup_geomean = 0;        ///< over searches with a valid kernel (others count as 1.0)
-  std::uint64_t events = 0;               ///< loop callbacks run (engine cost benchmark)
-  scheduler_stats scheduler;              ///< device accounting over the run
+  std::uint64_t events = 0;               ///< loop callbacks run in this segment (engine cost benchmark)
+  scheduler_stats scheduler;              ///< device accounting of this segment
+  std::vector<run_segment> segments;      ///< the run's segments, this one last
 };
 
 template <backend Backend, evaluator Evaluator, clock Clock>
@@ -194,10 +223,22 @@ class engine final : private stream_sink {
     return searches_.back()->index;
   }
 
+  /// Names what the searches run on, for the run's identity (`run_identity::corpus`):
+  /// a fingerprint of the tasks and of whatever else decides the run's inputs
+  /// (replay traces, a cost table). Without it, a fingerprint of the tasks added.
+  void identify_corpus(std::string fingerprint) { corpus_id_ = std::move(fingerprint); }
+
+  /// The run's identity, as `run()` journals it in run_start.
+  [[nodiscard]] run_identity identity() const;
+
   /// Restore a killed run: candidates and verdicts from the journal are kept,
-  /// identical kernels are not evaluated again, pending candidates are
-  /// re-queued, and each search continues after its last completed round.
-  void resume(const journal_state& st);
+  /// identical kernels are not evaluated again (pending copies wait for one
+  /// evaluation, as in the first run), pending candidates are re-queued, each
+  /// search continues after its last completed round, and the results cover
+  /// the whole run. Call after `add_search` and before `run()`. A journal of
+  /// another run (another identity, or other tasks) is refused with an error
+  /// that says what differs; nothing is changed then.
+  [[nodiscard]] expected<void, error> resume(const journal_state& st);
 
   /// Called with a snapshot every `interval` of loop time while the run lasts.
   void on_progress(std::function<void(const std::vector<search_progress>&)> fn, duration interval) {
@@ -246,6 +287,7 @@ class engine final : private stream_sink {
     std::vector<bool> ended;
     int open = 0;
     bool fresh = false;  ///< a sample yielded a kernel not seen before
+    std::string error{};  ///< the first sample error's message
     timestamp began{0};
   };
   struct search_rt {
@@ -277,8 +319,18 @@ class engine final : private stream_sink {
   static std::uint64_t group_of(int search, int round) noexcept {
     return (static_cast<std::uint64_t>(search) << 32) | static_cast<std::uint32_t>(round);
   }
+  /// Run time: since the run's first start, across resumes (each killed
+  /// segment counted up to its last journal record). Journal records, search
+  /// end times and the run's results use it; the timeline shows loop time.
+  [[nodiscard]] timestamp run_now() const { return loop_.now() - started_ + resumed_at_; }
   void journal(std::string_view type, nlohmann::json body) {
-    if (journal_) journal_->write(type, loop_.now(), std::move(body));
+    if (journal_) journal_->write(type, run_now(), std::move(body));
+  }
+  /// A stream or fork of `s` failed: counted, and journaled as `record`.
+  void stream_failed(search_rt& s, std::string_view record, nlohmann::json body, const std::string& message) {
+    if (s.res.stream_failures++ == 0) s.res.first_stream_error = message;
+    body["error"] = message;
+    journal(record, std::move(body));
   }
 
   void submit_job(eval_job j, eval_callback cb) {
@@ -350,7 +402,19 @@ class engine final : private stream_sink {
   int active_streams_ = 0;
   int searches_left_ = 0;
   candidate_id next_id_ = 1;
-  timestamp started_{0}, ended_{0};
+  timestamp started_{0};                  ///< loop time at run()
+  timestamp resumed_at_{0};               ///< run time at which this segment started
+  std::optional<timestamp> ended_;        ///< run time at which the last search ended
+  std::vector<journal_segment> earlier_;  ///< the run's segments before this one
+  /// Pending candidates of searches that had ended: their jobs were dropped at
+  /// the end, but the kill came before their cancel records.
+  struct dropped_job {
+    int search = 0;
+    std::size_t record = 0;
+    stage at = stage::compile;
+  };
+  std::vector<dropped_job> dropped_on_resume_;
+  std::string corpus_id_;
   std::function<void(const std::vector<search_progress>&)> progress_fn_;
   duration progress_interval_{0};
 };
@@ -362,15 +426,20 @@ class engine final : private stream_sink {
 template <backend B, evaluator E, clock C>
 run_result engine<B, E, C>::run() {
   started_ = loop_.now();
-  if (journal_)
-    journal_->write_run_start(loop_.now(), cfg_.seed, to_json(cfg_));
+  if (journal_) {
+    journal_->write_run_start(run_now(), identity(), static_cast<int>(earlier_.size()));
+    for (const auto& d : dropped_on_resume_)
+      journal_->write_cancelled(run_now(), d.search, searches_[static_cast<std::size_t>(d.search)]->records[d.record].cand->id,
+                                d.at, "search ended");
+  }
   searches_left_ = 0;
   for (auto& s : searches_) {
     if (s->done) continue;
     ++searches_left_;
-    if (journal_) journal_->write_search_start(loop_.now(), s->index, s->t->name);
+    if (journal_) journal_->write_search_start(run_now(), s->index, s->t->name);
+    // The time budget is in run time: a resumed search has what its earlier segments left.
     if (cfg_.budget.max_seconds > 0)
-      s->deadline = loop_.after(seconds(cfg_.budget.max_seconds), [this, sp = s.get()] {
+      s->deadline = loop_.after(std::max(duration{0}, seconds(cfg_.budget.max_seconds) - resumed_at_), [this, sp = s.get()] {
         sp->deadline = 0;
         finish_search(*sp, "time budget");
       });
@@ -388,25 +457,53 @@ run_result engine<B, E, C>::run() {
     loop_.run();
     if constexpr (!C::is_virtual) loop_.release();
   }
-  if (ended_ < started_) ended_ = loop_.now();
-
+  const timestamp end = run_now();
   run_result r;
-  r.e2e_seconds = to_seconds(ended_ - started_);
+  r.e2e_seconds = to_seconds(ended_.value_or(end));
   r.scheduler = sched_.stats();
-  r.pool_utilization = r.scheduler.utilisation();
+  // Device time of this segment, journaled in run_end so that a later resume
+  // can report the utilisation of the whole run.
+  duration busy{0};
+  for (auto b : r.scheduler.device_busy) busy += b;
+  const duration capacity = (r.scheduler.until - r.scheduler.since) * static_cast<std::int64_t>(r.scheduler.device_busy.size());
+  duration all_busy = busy, all_capacity = capacity;
+  for (const auto& seg : earlier_) {
+    r.segments.push_back({.start_seconds = to_seconds(seg.start), .end_seconds = to_seconds(seg.last), .completed = seg.completed});
+    if (seg.completed && seg.summary.contains("device_busy_ns") && seg.summary.contains("device_capacity_ns")) {
+      all_busy += duration(seg.summary["device_busy_ns"].get<std::int64_t>());
+      all_capacity += duration(seg.summary["device_capacity_ns"].get<std::int64_t>());
+    } else {
+      r.pool_utilization_whole_run = false;
+    }
+  }
+  r.segments.push_back({.start_seconds = to_seconds(resumed_at_), .end_seconds = to_seconds(end), .completed = true});
+  if (!r.pool_utilization_whole_run) {
+    all_busy = busy;
+    all_capacity = capacity;
+  }
+  r.pool_utilization = all_capacity > duration{0} ? static_cast<double>(all_busy.count()) / static_cast<double>(all_capacity.count()) : 0;
   double log_sum = 0;
+  nlohmann::json usage_by_search = nlohmann::json::array();
   for (auto& s : searches_) {
+    usage_by_search.push_back(s->res.tokens);
     r.searches.push_back(s->res);
     r.generated_tokens += s->res.generated_tokens;
     r.profiled_kernels += s->res.profiled;
+    r.stream_failures += s->res.stream_failures;
     log_sum += std::log(s->res.best_speedup > 0 ? s->res.best_speedup : 1.0);
   }
   r.best_speedup_geomean = searches_.empty() ? 0 : std::exp(log_sum / static_cast<double>(searches_.size()));
   r.events = loop_.events();
   if (journal_)
-    journal_->write_run_end(loop_.now(), {{"e2e_seconds", r.e2e_seconds}, {"pool_utilization", r.pool_utilization},
-                                          {"profiled_kernels", r.profiled_kernels},
-                                          {"generated_tokens", r.generated_tokens}});
+    journal_->write_run_end(end, {{"e2e_seconds", r.e2e_seconds},
+                                  {"pool_utilization", r.pool_utilization},
+                                  {"pool_utilization_whole_run", r.pool_utilization_whole_run},
+                                  {"profiled_kernels", r.profiled_kernels},
+                                  {"generated_tokens", r.generated_tokens},
+                                  {"stream_failures", r.stream_failures},
+                                  {"device_busy_ns", busy.count()},
+                                  {"device_capacity_ns", capacity.count()},
+                                  {"usage_by_search", std::move(usage_by_search)}});
   if (progress_fn_) progress_fn_(progress());
   return r;
 }
@@ -433,7 +530,7 @@ void engine<B, E, C>::start_round(search_rt& s) {
   auto plans = cfg_.strategy.plan_round(view);
   s.lanes.clear();
   s.pending_main.clear();
-  if (journal_) journal_->write_round_start(loop_.now(), s.index, s.round);
+  if (journal_) journal_->write_round_start(run_now(), s.index, s.round);
   for (auto& p : plans) {
     lane_rt l;
     l.lane = p.lane;
@@ -476,7 +573,8 @@ void engine<B, E, C>::start_lane_stream(search_rt& s, int li) {
   if (!id) {
     // Nothing was generated, so nothing is lost: the lane ends with the error journaled.
     l.ended = true;
-    journal("stream_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", id.error().message}});
+    stream_failed(s, journal_records::stream_error, {{"search", s.index}, {"round", s.round}, {"lane", l.lane}},
+                  id.error().message);
     maybe_end_round(s);
     return;
   }
@@ -544,7 +642,7 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
   if (active_streams_ >= max_streams_ || !waiting_.empty()) {
     // A late fork is worthless and must never delay a main stream: skip it.
     ++s.res.forks_skipped;
-    journal("fork_skipped", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"trigger", fire->trigger},
+    journal(journal_records::fork_skipped, {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"trigger", fire->trigger},
                              {"prefix_tokens", l.reasoning_tokens}});
     return;
   }
@@ -561,7 +659,8 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                   .kv = cfg_.kv.lease(std::span<const token_id>(kv_key))};
   auto id = model_.fork(fr, *this);
   if (!id) {
-    journal("fork_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", id.error().message}});
+    stream_failed(s, journal_records::fork_error, {{"search", s.index}, {"round", s.round}, {"lane", l.lane}},
+                  id.error().message);
     return;
   }
   ++active_streams_;
@@ -576,7 +675,7 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
             .began = loop_.now()};
   forks_.emplace(*id, std::move(f));
   s.forks.insert(*id);
-  journal("fork", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"stream", *id}, {"trigger", fire->trigger},
+  journal(journal_records::fork, {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"stream", *id}, {"trigger", fire->trigger},
                    {"prefix_tokens", l.reasoning_tokens}, {"samples", fr.samples},
                    {"kv_cached_tokens", fr.kv ? fr.kv->cached_tokens : 0}});
   if (timeline_)
@@ -607,6 +706,7 @@ void engine<B, E, C>::on_end(const stream_end& e) {
     if (k < f.ended.size() && !f.ended[k]) {
       f.ended[k] = true;
       --f.open;
+      if (e.reason == finish_reason::error && f.error.empty()) f.error = e.error.empty() ? "a fork sample ended with an error" : e.error;
       if (e.reason == finish_reason::stop || e.reason == finish_reason::length) {
         provenance p{.search = s.index, .round = f.round, .lane = f.lane, .from = origin::fork, .trigger = f.trigger,
                      .prefix_tokens = f.prefix_tokens, .sample = e.sample, .parents = {}};
@@ -616,6 +716,9 @@ void engine<B, E, C>::on_end(const stream_end& e) {
       }
     }
     if (f.open == 0) {
+      if (!f.error.empty())
+        stream_failed(s, journal_records::fork_error, {{"search", s.index}, {"round", f.round}, {"lane", f.lane}, {"stream", e.id}},
+                      f.error);
       if (timeline_)
         timeline_->span(track_group(s), fmt::format("lane {} forks", f.lane),
                         "fork: " + f.trigger, f.began, loop_.now(), {{"prefix_tokens", f.prefix_tokens}});
@@ -641,7 +744,7 @@ void engine<B, E, C>::on_end(const stream_end& e) {
                     fmt::format("round {} reasoning", s.round), l.began, loop_.now(),
                     {{"tokens", l.reasoning_tokens}, {"terminated", l.terminated}});
   if (e.reason == finish_reason::error)
-    journal("stream_error", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"error", e.error}});
+    stream_failed(s, journal_records::stream_error, {{"search", s.index}, {"round", s.round}, {"lane", l.lane}}, e.error);
   if (!l.terminated && (e.reason == finish_reason::stop || e.reason == finish_reason::length)) {
     provenance p{.search = s.index, .round = s.round, .lane = l.lane, .from = origin::main, .trigger = {},
                  .prefix_tokens = l.reasoning_tokens, .sample = 0, .parents = l.parents};
@@ -659,7 +762,7 @@ void engine<B, E, C>::terminate_lane(search_rt& s, lane_rt& l, candidate_id beca
   if (l.ended || l.terminated) return;
   l.terminated = true;
   ++s.res.terminations;
-  journal("terminated", {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"by", because},
+  journal(journal_records::terminated, {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"by", because},
                          {"reasoning_tokens", l.reasoning_tokens}});
   if (timeline_)
     timeline_->instant(track_group(s), fmt::format("lane {}", l.lane),
@@ -681,7 +784,7 @@ bool engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string t
   auto ex = extract_candidate(text, opt);
   if (!ex) {
     ++s.res.extract_failures;
-    if (journal_) journal_->write_extract_failed(loop_.now(), prov, ex.error().message);
+    if (journal_) journal_->write_extract_failed(run_now(), prov, ex.error().message);
     return false;
   }
   auto c = std::make_shared<candidate>();
@@ -690,11 +793,11 @@ bool engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string t
   c->prov = std::move(prov);
   c->source = std::move(ex->source);
   c->plan = std::move(ex->plan);
-  c->created = loop_.now();
+  c->created = run_now();
   ++s.res.candidates;
   if (c->prov.from == origin::fork) ++s.res.from_forks;
   if (c->prov.from == origin::main && c->prov.round == s.round) s.pending_main.insert(c->id);
-  if (journal_) journal_->write_candidate(loop_.now(), *c);
+  if (journal_) journal_->write_candidate(run_now(), *c);
   const std::size_t idx = s.records.size();
   s.records.push_back(candidate_record{.cand = c, .eval = std::nullopt, .cancelled = false, .reused = false});
   s.staging.emplace_back();
@@ -789,7 +892,7 @@ void engine<B, E, C>::on_stage_done(int si, std::size_t idx, eval_outcome o) {
     cancelled(s, idx, o.kind);
     return;
   }
-  if (journal_) journal_->write_stage(loop_.now(), s.index, *r.cand, o);
+  if (journal_) journal_->write_stage(run_now(), s.index, *r.cand, o);
   if (o.kind == stage::compile) {
     if (o.result.kind != verdict_kind::ok) {
       finalize(s, idx, evaluation{.id = r.cand->id, .result = o.result, .compile = o.compile, .timing = std::nullopt}, false);
@@ -824,7 +927,7 @@ void engine<B, E, C>::cancelled(search_rt& s, std::size_t idx, stage st) {
   ++s.res.cancelled;
   --s.in_flight;
   settle_duplicates(s, idx);
-  if (journal_) journal_->write_cancelled(loop_.now(), s.index, r.cand->id, st, s.done ? "search ended" : "stale: its round ended");
+  if (journal_) journal_->write_cancelled(run_now(), s.index, r.cand->id, st, s.done ? "search ended" : "stale: its round ended");
   if (s.pending_main.erase(r.cand->id) > 0) maybe_end_round(s);
 }
 
@@ -837,7 +940,7 @@ void engine<B, E, C>::finalize(search_rt& s, std::size_t idx, evaluation e, bool
   if (!reused) settle_duplicates(s, idx);
   if (reused) {
     ++s.res.reused;
-    if (journal_) journal_->write_reused(loop_.now(), s.index, *r.cand, *r.eval);
+    if (journal_) journal_->write_reused(run_now(), s.index, *r.cand, *r.eval);
   }
   account_final(s, r);
 
@@ -855,8 +958,8 @@ void engine<B, E, C>::finalize(search_rt& s, std::size_t idx, evaluation e, bool
       s.res.best = r.cand->id;
     }
     if (cfg_.budget.target_speedup > 0 && sp >= cfg_.budget.target_speedup && !s.res.seconds_to_target) {
-      s.res.seconds_to_target = to_seconds(loop_.now() - started_);
-      journal("target_reached", {{"search", s.index}, {"candidate", r.cand->id}, {"speedup", sp}});
+      s.res.seconds_to_target = to_seconds(run_now());
+      journal(journal_records::target_reached, {{"search", s.index}, {"candidate", r.cand->id}, {"speedup", sp}});
       if (cfg_.budget.stop_at_target) {
         finish_search(s, "target reached");
         return;
@@ -893,7 +996,7 @@ void engine<B, E, C>::end_round(search_rt& s, std::string_view reason) {
   for (auto id : std::vector<stream_id>(s.forks.begin(), s.forks.end())) model_.cancel(id);
   sched_.cancel_group(group_of(s.index, s.round), cfg_.cancel_running_at_round_end);
   cfg_.kv.drop(s.index);
-  if (journal_) journal_->write_round_end(loop_.now(), s.index, s.round, reason, s.generated);
+  if (journal_) journal_->write_round_end(run_now(), s.index, s.round, reason, s.generated, s.res.tokens);
   std::string why;
   if (budget_exhausted(s, why)) {
     finish_search(s, why);
@@ -913,7 +1016,8 @@ void engine<B, E, C>::finish_search(search_rt& s, std::string reason) {
       model_.cancel(l.id);
     }
   for (auto id : std::vector<stream_id>(s.forks.begin(), s.forks.end())) model_.cancel(id);
-  for (int r = s.first_round; r <= s.round; ++r) sched_.cancel_group(group_of(s.index, r), true);
+  // From round 0: a resumed run re-queues candidates of rounds that ended before the kill.
+  for (int r = 0; r <= s.round; ++r) sched_.cancel_group(group_of(s.index, r), true);
   // Copies waiting for another search's evaluation of the same kernel go too.
   for (auto& [h, waiting] : duplicates_) {
     std::vector<std::pair<int, std::size_t>> keep;
@@ -930,9 +1034,10 @@ void engine<B, E, C>::finish_search(search_rt& s, std::string reason) {
   s.res.search = s.index;
   s.res.task = s.t->name;
   s.res.end_reason = reason;
-  s.res.end_seconds = to_seconds(loop_.now() - started_);
-  if (journal_) journal_->write_search_end(loop_.now(), s.index, reason, s.res.best_speedup, s.res.best, s.res.rounds);
-  ended_ = std::max(ended_, loop_.now());
+  s.res.end_seconds = to_seconds(run_now());
+  if (journal_)
+    journal_->write_search_end(run_now(), s.index, reason, s.res.best_speedup, s.res.best, s.res.rounds, s.generated, s.res.tokens);
+  ended_ = std::max(ended_.value_or(timestamp{0}), run_now());
   if (--searches_left_ == 0) {
     // Let the cancellations above deliver their ends, then stop.
     loop_.after(duration{0}, [this] { loop_.stop(); });
@@ -958,30 +1063,76 @@ void engine<B, E, C>::report_progress() {
 }
 
 template <backend B, evaluator E, clock C>
-void engine<B, E, C>::resume(const journal_state& st) {
+run_identity engine<B, E, C>::identity() const {
+  std::string corpus = corpus_id_;
+  if (corpus.empty()) {
+    nlohmann::json tasks = nlohmann::json::array();
+    for (const auto& s : searches_) tasks.push_back(to_json(*s->t));
+    corpus = fingerprint(detail::dump_json(tasks));
+  }
+  return run_identity{.corpus = std::move(corpus), .seed = cfg_.seed, .config = to_json(cfg_)};
+}
+
+template <backend B, evaluator E, clock C>
+expected<void, error> engine<B, E, C>::resume(const journal_state& st) {
+  // Everything is checked before anything changes.
+  if (!st.identity && st.records > 0)
+    return unexpected(error{"the journal has no run_start record, so the run it belongs to is unknown; start a new run in a new journal"});
+  if (st.identity) {
+    if (auto diff = st.identity->differences(identity()); !diff.empty()) {
+      std::string what;
+      for (std::size_t i = 0; i < std::min<std::size_t>(diff.size(), 6); ++i) what += (i ? "; " : "") + diff[i];
+      if (diff.size() > 6) what += fmt::format("; and {} more", diff.size() - 6);
+      return unexpected(error{fmt::format(
+          "the journal is of another run (run {}; this run would be {}), which differs in (the journal's value first): {}. "
+          "Resume with the corpus, configuration and seed the run started with, or start a new run in a new journal",
+          st.identity->run_id(), identity().run_id(), what)});
+    }
+  }
+  for (const auto& [index, js] : st.searches)
+    if (index < 0 || static_cast<std::size_t>(index) >= searches_.size() || searches_[static_cast<std::size_t>(index)]->t->name != js.task)
+      return unexpected(error{fmt::format(
+          "the journal's search {} is task '{}', which this run does not have at that index", index, js.task)});
+  for (const auto& [id, jc] : st.candidates)
+    if (jc.cand.prov.search < 0 || static_cast<std::size_t>(jc.cand.prov.search) >= searches_.size())
+      return unexpected(error{fmt::format("candidate {} belongs to search {}, which this run does not have", id, jc.cand.prov.search)});
+
+  // The run continues where the journal stops: its run time, its segments.
+  resumed_at_ = st.last_t;
+  earlier_ = st.segments;
   next_id_ = std::max(next_id_, st.next_candidate_id);
   for (const auto& [h, e] : st.evaluations_by_hash) known_.emplace(h, e);
   for (const auto& [index, js] : st.searches) {
-    if (index < 0 || static_cast<std::size_t>(index) >= searches_.size() || searches_[static_cast<std::size_t>(index)]->t->name != js.task)
-      throw std::invalid_argument(fmt::format(
-          "resume: the journal's search {} is task '{}', which this run does not have at that index", index, js.task));
     auto& s = *searches_[static_cast<std::size_t>(index)];
     s.first_round = js.rounds_completed;  // a round the run died in starts again
     s.generated = js.generated_tokens;
     s.res.generated_tokens = s.generated;
+    s.res.tokens = js.tokens;
     s.res.rounds = js.rounds_completed;
+    s.res.extract_failures = js.extract_failures;
+    s.res.compiled_ok = js.compiled_ok;
+    s.res.validated_ok = js.validated_ok;
+    s.res.forks = js.forks;
+    s.res.forks_skipped = js.forks_skipped;
+    s.res.terminations = js.terminations;
+    s.res.stream_failures = js.stream_failures;
+    s.res.first_stream_error = js.first_stream_error;
+    if (js.target_reached_at) s.res.seconds_to_target = to_seconds(*js.target_reached_at);
     if (js.ended) {
       s.done = true;
       s.res.search = index;
       s.res.task = js.task;
       s.res.end_reason = js.end_reason;
+      if (js.ended_at) {
+        s.res.end_seconds = to_seconds(*js.ended_at);
+        ended_ = std::max(ended_.value_or(timestamp{0}), *js.ended_at);
+      }
     }
   }
-  // Candidates in id order = creation order: records keep their original order.
+  // Candidates in id order = creation order: records keep their original order,
+  // and the first pending copy of a kernel is the one evaluated, as in the first run.
   for (const auto& [id, jc] : st.candidates) {
     const int si = jc.cand.prov.search;
-    if (si < 0 || static_cast<std::size_t>(si) >= searches_.size())
-      throw std::invalid_argument(fmt::format("resume: candidate {} belongs to search {}, which this run does not have", id, si));
     auto& s = *searches_[static_cast<std::size_t>(si)];
     const std::size_t idx = s.records.size();
     s.records.push_back(candidate_record{.cand = std::make_shared<const candidate>(jc.cand), .eval = std::nullopt,
@@ -990,9 +1141,11 @@ void engine<B, E, C>::resume(const journal_state& st) {
     ++s.res.candidates;
     if (jc.cand.prov.from == origin::fork) ++s.res.from_forks;
     auto& r = s.records.back();
-    first_seen_.try_emplace(r.cand->content_hash(), std::pair{si, idx});
+    const auto h = r.cand->content_hash();
     if (jc.status == candidate_status::evaluated && jc.result) {
+      first_seen_.try_emplace(h, std::pair{si, idx});
       r.eval = *jc.result;
+      if (r.reused) ++s.res.reused;
       account_final(s, r);
       if (r.profiled() && !r.reused) {
         s.history.push_back(r.speedup());
@@ -1001,16 +1154,45 @@ void engine<B, E, C>::resume(const journal_state& st) {
           s.res.best = id;
         }
       }
-    } else if (jc.status == candidate_status::cancelled) {
-      ++s.res.cancelled;
-    } else if (!s.done) {
-      // Pending when the run died: continue from the stage after the last one that finished.
-      if (jc.result) s.staging[idx] = *jc.result;
-      const stage next = !jc.last_stage ? stage::compile : jc.last_stage == stage::compile ? stage::validate : stage::profile;
-      ++s.in_flight;
-      enqueue_stage(s, idx, next);
+      continue;
     }
+    // The stage a pending candidate continues at: the one after the last that finished.
+    const stage next = !jc.last_stage ? stage::compile : jc.last_stage == stage::compile ? stage::validate : stage::profile;
+    if (jc.status == candidate_status::pending && s.done) {
+      // Its job was dropped when the search ended; the kill came before the cancel record.
+      r.cancelled = true;
+      dropped_on_resume_.push_back({.search = si, .record = idx, .at = next});
+    }
+    if (r.cancelled) {
+      ++s.res.cancelled;
+      first_seen_.try_emplace(h, std::pair{si, idx});
+      continue;
+    }
+    ++s.in_flight;
+    if (auto k = known_.find(h); k != known_.end()) {
+      // A copy that waited for an identical kernel's verdict, which the journal has.
+      evaluation e = k->second;
+      e.id = id;
+      loop_.after(duration{0}, [this, sp = &s, idx, e] { finalize(*sp, idx, e, true); });
+      continue;
+    }
+    if (auto f = first_seen_.find(h); f != first_seen_.end()) {
+      const auto& [fi, fr] = f->second;
+      const auto& first = searches_[static_cast<std::size_t>(fi)]->records[fr];
+      if (!first.eval && !first.cancelled) {
+        // The first copy was re-queued: wait for its verdict, as this copy did before the kill.
+        duplicates_[h].push_back({si, idx});
+        continue;
+      }
+      f->second = {si, idx};
+    } else {
+      first_seen_.emplace(h, std::pair{si, idx});
+    }
+    // Pending when the run died: continue where it stopped.
+    if (jc.result) s.staging[idx] = *jc.result;
+    enqueue_stage(s, idx, next);
   }
+  return {};
 }
 
 SPECGEN_END_NAMESPACE

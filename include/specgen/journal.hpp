@@ -9,7 +9,7 @@
 ///
 /// @code
 ///   specgen::journal_writer j("run.jsonl", /*append=*/true);
-///   j.write_run_start(loop.now(), seed, config_json);
+///   j.write_run_start(loop.now(), {.corpus = corpus_fingerprint, .seed = seed, .config = config_json});
 ///   j.write_candidate(loop.now(), cand);
 ///   j.write_stage(loop.now(), cand.prov.search, cand, outcome);   // per stage result
 ///
@@ -20,6 +20,7 @@
 #include <specgen/backend.hpp>
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/files.hpp>
 #include <specgen/evaluator.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/json.hpp>
@@ -59,7 +60,23 @@ inline constexpr std::string_view evaluation = "evaluation";
 inline constexpr std::string_view cancelled = "cancelled";
 inline constexpr std::string_view search_end = "search_end";
 inline constexpr std::string_view run_end = "run_end";
+// The engine's own records: not needed to re-queue work, but counted so that a
+// resumed run reports the whole run.
+inline constexpr std::string_view fork = "fork";
+inline constexpr std::string_view fork_skipped = "fork_skipped";
+inline constexpr std::string_view fork_error = "fork_error";
+inline constexpr std::string_view terminated = "terminated";
+inline constexpr std::string_view target_reached = "target_reached";
+inline constexpr std::string_view stream_error = "stream_error";
 }  // namespace journal_records
+
+/// The journal format this library writes and reads. Format 1 (before run
+/// identities) restarted the clock at every resume, so its times cannot be
+/// folded into one run; a journal of another format is refused.
+inline constexpr int journal_format = 2;
+
+/// 16 hex digits of FNV-1a over `bytes`: the journal's fingerprints.
+inline std::string fingerprint(std::string_view bytes) { return fmt::format("{:016x}", fnv1a(bytes)); }
 
 /// Whether a stage result ends a candidate's pipeline: any failure does, and
 /// so does a profile. Decides when a journaled candidate stops being pending.
@@ -106,22 +123,30 @@ struct journal_inconsistency : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// An intact record this reader must not fold: another format, another run.
+/// Its message says what to do, so it is not reported as damage.
+struct journal_mismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /// Calls `fn(line_number, record)` for every complete record of a journal, in
 /// order. An unterminated last line is torn (the run was killed while writing
 /// it): it is skipped and its line number returned. Any other line that is not
 /// a record, or that `fn` rejects, is an error naming the line.
 template <class Fn>
 expected<std::optional<std::size_t>, error> for_each_record(const std::filesystem::path& path, Fn&& fn) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return unexpected(error{fmt::format("cannot open journal {}: {}", path.string(),
-                                        std::error_code(errno, std::generic_category()).message())});
+  // A regular file only (a FIFO would block, a device never end), lines of at most 64 MiB.
+  auto in = line_reader::open(path, file_kinds::journal);
+  if (!in) return unexpected(in.error());
   std::string line;
   std::size_t number = 0;
-  while (std::getline(in, line)) {
+  for (;;) {
+    const auto got = in->next(line);
+    if (!got) return unexpected(got.error());
+    if (*got == line_reader::end) break;
     ++number;
-    // getline stops at end of file without a newline only on the last line.
-    if (in.eof()) return std::optional<std::size_t>(number);
+    // Only the last line can end without a newline: the run was killed while writing it.
+    if (*got == line_reader::unterminated) return std::optional<std::size_t>(number);
     std::string what;
     try {
       auto record = nlohmann::json::parse(line);
@@ -132,6 +157,8 @@ expected<std::optional<std::size_t>, error> for_each_record(const std::filesyste
         throw journal_inconsistency("the record has no integral \"t_ns\"");
       fn(number, record);
       continue;
+    } catch (const journal_mismatch& e) {
+      return unexpected(error{fmt::format("{}:{}: {}", path.string(), number, e.what())});
     } catch (const nlohmann::json::exception& e) {
       what = e.what();
     } catch (const journal_inconsistency& e) {
@@ -143,11 +170,59 @@ expected<std::optional<std::size_t>, error> for_each_record(const std::filesyste
         "(head -n {} {} > fixed.jsonl) and accept losing the ones after it",
         path.string(), number, what, number - 1, path.string())});
   }
-  if (in.bad()) return unexpected(error{fmt::format("cannot read journal {}", path.string())});
   return std::optional<std::size_t>{};
 }
 
 }  // namespace detail
+
+/// What makes a run the run it is: the journal format, what it searches, its
+/// configuration and its seed. Every `run_start` of a journal carries it, and a
+/// resumed run must have the identity of the run that wrote the journal.
+///
+/// @code
+///   specgen::run_identity here{.corpus = specgen::fingerprint(tasks_json), .seed = 7, .config = config_json};
+///   if (auto diff = journaled.differences(here); !diff.empty()) refuse(diff);
+/// @endcode
+struct run_identity {
+  int format = journal_format;
+  /// A fingerprint of what the run searches: the tasks, and whatever else
+  /// decides the run's inputs (replay traces, a cost table).
+  std::string corpus{};
+  std::uint64_t seed = 0;
+  nlohmann::json config = nlohmann::json::object();  ///< what reproduces the engine's configuration
+
+  /// The run's id: a fingerprint of the fields above. It is derived, not drawn
+  /// at random, so that a run in virtual time writes a byte-identical journal;
+  /// equal ids mean the same format, corpus, configuration and seed.
+  [[nodiscard]] std::string run_id() const {
+    return fingerprint(detail::dump_json({{"format", format}, {"corpus", corpus}, {"seed", seed}, {"config", config}}));
+  }
+
+  /// What differs from `other`, one phrase per difference naming this side's
+  /// value first (the configuration by JSON pointer); empty when they match.
+  [[nodiscard]] std::vector<std::string> differences(const run_identity& other) const {
+    std::vector<std::string> out;
+    if (format != other.format) out.push_back(fmt::format("journal format {} vs {}", format, other.format));
+    if (corpus != other.corpus)
+      out.push_back(fmt::format("corpus {} vs {} (other tasks, traces or cost table)", corpus, other.corpus));
+    if (seed != other.seed) out.push_back(fmt::format("seed {} vs {}", seed, other.seed));
+    std::vector<std::string> seen;
+    for (const auto& op : nlohmann::json::diff(config, other.config)) {
+      nlohmann::json::json_pointer at(op.at("path").get<std::string>());
+      if (!at.empty() && at.back() == "-") at = at.parent_pointer();  // elements added to an array: name the array
+      if (at.to_string() == "/seed" || std::find(seen.begin(), seen.end(), at.to_string()) != seen.end()) continue;
+      seen.push_back(at.to_string());
+      auto side = [&](const nlohmann::json& j) {
+        if (!j.contains(at)) return std::string("(none)");
+        auto text = detail::dump_json(j.at(at));
+        return text.size() <= 40 ? text : text.substr(0, 37) + "...";  // a policy's whole configuration says little
+      };
+      out.push_back(fmt::format("config {} {} vs {}", at.to_string(), side(config), side(other.config)));
+    }
+    return out;
+  }
+  friend bool operator==(const run_identity&, const run_identity&) = default;
+};
 
 /// Appends records to a journal file, one JSON object per line.
 ///
@@ -215,10 +290,17 @@ class journal_writer {
     ++records_;
   }
 
-  /// A run (or a resumed run) begins; `config` is whatever reproduces it.
-  void write_run_start(timestamp t, std::uint64_t seed, const nlohmann::json& config) {
+  /// A run begins, or its `segment`-th resumption (0: the first start). Every
+  /// run_start of one journal has the same identity.
+  void write_run_start(timestamp t, const run_identity& id, int segment = 0) {
     write(journal_records::run_start, t,
-          {{"seed", seed}, {"config", config}, {"version", detail::library_version()}});
+          {{"format", id.format},
+           {"run_id", id.run_id()},
+           {"corpus", id.corpus},
+           {"seed", id.seed},
+           {"config", id.config},
+           {"segment", segment},
+           {"version", detail::library_version()}});
   }
   void write_search_start(timestamp t, int search, std::string_view task) {
     write(journal_records::search_start, t, {{"search", search}, {"task", task}});
@@ -227,12 +309,16 @@ class journal_writer {
     write(journal_records::round_start, t, {{"search", search}, {"round", round}});
   }
   /// `reason`: why the round ended ("answer", "terminated", ...);
-  /// `generated_tokens`: the search's total so far, so a resumed run keeps
-  /// its token budget.
+  /// `generated_tokens` and `used`: the search's totals so far, so a resumed
+  /// run keeps its token budget and reports the whole run's usage.
   void write_round_end(timestamp t, int search, int round, std::string_view reason,
-                       std::uint64_t generated_tokens) {
+                       std::uint64_t generated_tokens, const usage& used) {
     write(journal_records::round_end, t,
-          {{"search", search}, {"round", round}, {"reason", reason}, {"generated_tokens", generated_tokens}});
+          {{"search", search},
+           {"round", round},
+           {"reason", reason},
+           {"generated_tokens", generated_tokens},
+           {"usage", used}});
   }
   /// Written when a candidate is extracted, before any of its stage results.
   void write_candidate(timestamp t, const candidate& c) {
@@ -277,15 +363,18 @@ class journal_writer {
   void write_cancelled(timestamp t, int search, candidate_id id, stage s, std::string_view why) {
     write(journal_records::cancelled, t, {{"search", search}, {"candidate", id}, {"stage", s}, {"why", why}});
   }
-  /// `best`: the id of the fastest correct kernel (0 when none).
+  /// `best`: the id of the fastest correct kernel (0 when none);
+  /// `generated_tokens` and `used`: the search's totals.
   void write_search_end(timestamp t, int search, std::string_view reason, double best_speedup, candidate_id best,
-                        int rounds) {
+                        int rounds, std::uint64_t generated_tokens, const usage& used) {
     write(journal_records::search_end, t,
           {{"search", search},
            {"reason", reason},
            {"best_speedup", detail::number(best_speedup)},
            {"best", best},
-           {"rounds", rounds}});
+           {"rounds", rounds},
+           {"generated_tokens", generated_tokens},
+           {"usage", used}});
   }
   /// `summary` (an object) becomes the record's fields.
   void write_run_end(timestamp t, const nlohmann::json& summary = nlohmann::json::object()) {
@@ -338,10 +427,19 @@ struct journaled_search {
   std::string task{};
   int last_round_started = -1;          ///< -1: none
   int rounds_completed = 0;             ///< 1 + the last round that ended (rounds are 0-based)
-  std::uint64_t generated_tokens = 0;   ///< at the last round end
+  std::uint64_t generated_tokens = 0;   ///< at the last round end, or at search_end
+  usage tokens{};                       ///< the same, or at run_end (late stream ends included)
   std::vector<profiled_speedup> history{};  ///< reused evaluations excluded: a kernel counts once
   int extract_failures = 0;
+  int compiled_ok = 0, validated_ok = 0;  ///< stage results that passed
+  int forks = 0, forks_skipped = 0, terminations = 0;
+  /// Streams that could not start or ended with an error (`stream_error`,
+  /// `fork_error`), and the first one's message.
+  int stream_failures = 0;
+  std::string first_stream_error{};
+  std::optional<timestamp> target_reached_at{};  ///< the first `target_reached`
   bool ended = false;
+  std::optional<timestamp> ended_at{};  ///< search_end's time
   std::string end_reason{};
 
   /// The fastest profiled kernel, if any.
@@ -355,13 +453,23 @@ struct journaled_search {
   [[nodiscard]] bool round_in_flight() const noexcept { return last_round_started >= rounds_completed; }
 };
 
+/// One process's part of a run, from its `run_start` to its last record. Times
+/// are run time: a resumed segment starts where the one before it stopped.
+struct journal_segment {
+  timestamp start{0};            ///< its run_start's time
+  timestamp last{0};             ///< its latest record's time
+  bool completed = false;        ///< it wrote run_end; otherwise it was killed after `last`
+  nlohmann::json summary{};      ///< run_end's fields
+};
+
 /// Everything a resumed run needs from a journal (see docs/journal.md).
 struct journal_state {
   int run_starts = 0;              ///< 1 for a run never resumed
-  std::uint64_t seed = 0;          ///< of the latest run_start
-  nlohmann::json config{};         ///< of the latest run_start
+  std::optional<run_identity> identity{};  ///< of the run; none when the journal has no run_start
+  std::size_t identity_line = 0;   ///< the line of the first run_start
   std::string version{};           ///< library version of the latest run_start
-  bool run_ended = false;
+  std::vector<journal_segment> segments{};  ///< one per run_start, in order
+  bool run_ended = false;          ///< the latest segment wrote run_end
   nlohmann::json run_summary{};    ///< run_end's fields
   std::map<candidate_id, journaled_candidate> candidates{};
   /// Final evaluations by `candidate::content_hash()`: an identical kernel is
@@ -408,6 +516,10 @@ inline void apply_stage_result(journal_state& s, journaled_candidate& jc, const 
   if (st == stage::compile) ev.compile = r.value("compile", compile_report{});
   detail::read(r, "timing", ev.timing);
   const bool final_result = ends_pipeline(st, ev.result.kind);
+  if (ev.result.kind == verdict_kind::ok && st != stage::profile) {
+    auto& js = s.searches[r.at("search").get<int>()];
+    ++(st == stage::compile ? js.compiled_ok : js.validated_ok);
+  }
   jc.status = final_result ? candidate_status::evaluated : candidate_status::pending;
   jc.last_stage = st;
   if (final_result) s.evaluations_by_hash[jc.cand.content_hash()] = ev;
@@ -416,19 +528,55 @@ inline void apply_stage_result(journal_state& s, journaled_candidate& jc, const 
   jc.result = std::move(ev);
 }
 
+/// The identity a run_start record carries. Records written before run
+/// identities have no `format`: they are format 1.
+inline run_identity identity_of(const nlohmann::json& r) {
+  return run_identity{.format = r.value("format", 1),
+                      .corpus = r.value("corpus", std::string{}),
+                      .seed = r.at("seed").get<std::uint64_t>(),
+                      .config = r.value("config", nlohmann::json::object())};
+}
+
+/// Folds a run_start: another format, or another run than the journal's
+/// first, is refused.
+inline void apply_run_start(journal_state& s, const nlohmann::json& r, std::size_t line, timestamp t) {
+  auto id = identity_of(r);
+  const auto version = r.value("version", std::string("unknown"));
+  if (id.format != journal_format)
+    throw journal_mismatch(fmt::format(
+        "the journal is in format {} (written by specgen {}), and this specgen reads format {}: finish that run "
+        "with the specgen that started it, or start a new run in a new output directory",
+        id.format, version, journal_format));
+  if (s.identity && *s.identity != id) {
+    std::string diff;
+    for (const auto& d : s.identity->differences(id)) diff += (diff.empty() ? "" : "; ") + d;
+    throw journal_mismatch(fmt::format(
+        "run_start of run {}, but line {} started run {} ({}): a journal holds one run, and two wrote to this one. "
+        "Keep the first run's records (the first {} lines) or start a new run in a new output directory",
+        id.run_id(), s.identity_line, s.identity->run_id(), diff, line - 1));
+  }
+  if (!s.identity) {
+    s.identity = std::move(id);
+    s.identity_line = line;
+  }
+  ++s.run_starts;
+  s.version = version;
+  s.run_ended = false;
+  s.segments.push_back(journal_segment{.start = t, .last = t});
+}
+
 /// Folds one record into the state. Unknown record types are skipped, so the
-/// engine may journal more (forks, terminations) than resuming needs.
-inline void apply_record(journal_state& s, const nlohmann::json& r) {
+/// engine may journal more than resuming needs.
+inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t line) {
   namespace rec = journal_records;
   const auto type = r.at("type").get<std::string>();
-  s.last_t = std::max(s.last_t, timestamp(r.at("t_ns").get<std::int64_t>()));
+  const timestamp t(r.at("t_ns").get<std::int64_t>());
+  s.last_t = std::max(s.last_t, t);
   ++s.records;
+  if (!s.segments.empty()) s.segments.back().last = std::max(s.segments.back().last, t);
+  auto search_of = [&]() -> journaled_search& { return s.searches[r.at("search").get<int>()]; };
   if (type == rec::run_start) {
-    ++s.run_starts;
-    s.seed = r.at("seed").get<std::uint64_t>();
-    s.config = r.value("config", nlohmann::json{});
-    s.version = r.value("version", std::string{});
-    s.run_ended = false;
+    apply_run_start(s, r, line, t);
   } else if (type == rec::search_start) {
     s.searches[r.at("search").get<int>()].task = r.at("task").get<std::string>();
   } else if (type == rec::round_start) {
@@ -438,6 +586,7 @@ inline void apply_record(journal_state& s, const nlohmann::json& r) {
     auto& search = s.searches[r.at("search").get<int>()];
     search.rounds_completed = std::max(search.rounds_completed, r.at("round").get<int>() + 1);
     search.generated_tokens = r.value("generated_tokens", search.generated_tokens);
+    search.tokens = r.value("usage", search.tokens);
   } else if (type == rec::candidate) {
     auto c = r.at("candidate").get<candidate>();
     auto [it, fresh] = s.candidates.try_emplace(c.id, journaled_candidate{.cand = c});
@@ -467,12 +616,35 @@ inline void apply_record(journal_state& s, const nlohmann::json& r) {
   } else if (type == rec::search_end) {
     auto& search = s.searches[r.at("search").get<int>()];
     search.ended = true;
+    search.ended_at = t;
     search.end_reason = r.value("reason", std::string{});
     search.rounds_completed = std::max(search.rounds_completed, r.value("rounds", 0));
+    search.generated_tokens = r.value("generated_tokens", search.generated_tokens);
+    search.tokens = r.value("usage", search.tokens);
   } else if (type == rec::run_end) {
     s.run_ended = true;
     s.run_summary = r;
     for (const char* key : {"type", "t_ns", "t"}) s.run_summary.erase(key);
+    // Streams cancelled at a search's end report their usage after its search_end.
+    if (r.contains("usage_by_search"))
+      for (std::size_t i = 0; i < r["usage_by_search"].size(); ++i)
+        s.searches[static_cast<int>(i)].tokens = r["usage_by_search"][i].get<usage>();
+    if (!s.segments.empty()) {
+      s.segments.back().completed = true;
+      s.segments.back().summary = s.run_summary;
+    }
+  } else if (type == rec::fork) {
+    ++search_of().forks;
+  } else if (type == rec::fork_skipped) {
+    ++search_of().forks_skipped;
+  } else if (type == rec::terminated) {
+    ++search_of().terminations;
+  } else if (type == rec::target_reached) {
+    auto& js = search_of();
+    if (!js.target_reached_at) js.target_reached_at = t;
+  } else if (type == rec::stream_error || type == rec::fork_error) {
+    auto& js = search_of();
+    if (js.stream_failures++ == 0) js.first_stream_error = r.value("error", std::string{});
   }
 }
 
@@ -483,7 +655,8 @@ inline void apply_record(journal_state& s, const nlohmann::json& r) {
 /// A torn last line (no newline: the run was killed while writing it) is
 /// ignored and reported in `torn_line`. Anything else that is not a record,
 /// or a record that contradicts earlier ones (an evaluation of a candidate
-/// never recorded, say), is an error naming the file and line.
+/// never recorded, say), is an error naming the file and line; so is a
+/// journal of another format, or one holding the run_starts of two runs.
 ///
 /// @code
 ///   auto state = specgen::load_journal("run.jsonl");
@@ -492,7 +665,7 @@ inline void apply_record(journal_state& s, const nlohmann::json& r) {
 /// @endcode
 inline expected<journal_state, error> load_journal(const std::filesystem::path& path) {
   journal_state state;
-  auto read = detail::for_each_record(path, [&](std::size_t, const nlohmann::json& r) { detail::apply_record(state, r); });
+  auto read = detail::for_each_record(path, [&](std::size_t line, const nlohmann::json& r) { detail::apply_record(state, r, line); });
   if (!read) return unexpected(read.error());
   state.torn_line = *read;
   return state;

@@ -29,6 +29,8 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <optional>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -106,8 +108,20 @@ inline expected<void, error> check_known_keys(const nlohmann::json& j, std::stri
 }
 }  // namespace detail
 
+namespace detail {
+
+/// The keys of a config that choose a policy; a mode sets each of them.
+inline constexpr std::array<std::string_view, 5> policy_keys{"strategy", "trigger", "termination", "pool", "kv"};
+
+inline expected<engine_config, error> config_from(const nlohmann::json& j, std::optional<std::string_view> mode,
+                                                  const mode_options& o);
+
+}  // namespace detail
+
 /// Read a search budget: `{"max_rounds": 100, "max_seconds": 0, "max_tokens": 0,
-/// "target_speedup": 1.5, "stop_at_target": false}`.
+/// "target_speedup": 1.5, "stop_at_target": false}`. Each field has a range
+/// (docs/policies.md): max_rounds 1..10,000; max_seconds 0 (none) or up to
+/// 10^7 s; target_speedup 0 (none) or 0.001..1000.
 inline expected<search_budget, error> budget_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return unexpected(error{"budget: expected an object"});
   return detail::read_fields<search_budget>(j, "budget");
@@ -119,20 +133,70 @@ inline expected<search_budget, error> budget_from_json(const nlohmann::json& j) 
 /// `cancel_running_at_round_end`, `extract_inline_code` overriding it. Every
 /// error names the key.
 inline expected<engine_config, error> config_from_json(const nlohmann::json& j, const mode_options& o = {}) {
-  if (!j.is_object()) return unexpected(error{"config: expected a JSON object"});
+  return detail::config_from(j, std::nullopt, o);
+}
+
+/**
+ * A configuration whose mode is chosen apart from the config (specgen-run's
+ * `--mode` beside `--config`): `mode` replaces the config's own "mode" key,
+ * and every policy the config sets (strategy, trigger, termination, pool, kv)
+ * must be the one `mode` sets. A config that sets another is an error naming
+ * the keys: `--mode sequential` with a config that sets a trigger would
+ * otherwise run forks under the name "sequential".
+ *
+ * @code
+ *   auto cfg = specgen::config_with_mode(file_json, "sequential");
+ *   // error: "mode 'sequential' contradicts the config's trigger: ..."
+ * @endcode
+ */
+inline expected<engine_config, error> config_with_mode(const nlohmann::json& j, std::string_view mode,
+                                                       const mode_options& o = {}) {
+  auto base = mode_config(mode, o);
+  if (!base) return unexpected(base.error());
+  auto cfg = detail::config_from(j, mode, o);
+  if (!cfg) return cfg;
+  const nlohmann::json want = to_json(*base), got = to_json(*cfg);
+  std::vector<std::string> conflicts;
+  for (auto key : detail::policy_keys)
+    if (j.contains(key) && got[std::string(key)] != want[std::string(key)]) conflicts.emplace_back(key);
+  if (!conflicts.empty())
+    return unexpected(error{fmt::format(
+        "mode '{}' contradicts the config's {}: the mode sets {} itself, and the config sets {} otherwise. Drop the "
+        "mode to run the config as written (its own \"mode\" key says where it starts from), or drop {} from the "
+        "config to run mode '{}'",
+        mode, fmt::join(conflicts, " and "), conflicts.size() == 1 ? "this policy" : "these policies",
+        conflicts.size() == 1 ? "it" : "them", conflicts.size() == 1 ? "that key" : "those keys", mode)});
+  return cfg;
+}
+
+namespace detail {
+
+inline expected<engine_config, error> config_from(const nlohmann::json& j, std::optional<std::string_view> mode,
+                                                  const mode_options& o) {
+  if (!j.is_object()) return unexpected(error{fmt::format("config: expected a JSON object, got {}", shown(j))});
   if (auto r = detail::check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv",
                                                       "budget", "main_sampling", "fork_sampling", "max_streams",
                                                       "cancel_running_at_round_end", "extract_inline_code"});
       !r)
     return unexpected(r.error());
-  auto base = mode_config(j.contains("mode") && j["mode"].is_string() ? j["mode"].get<std::string>() : "specgen", o);
+  auto fail = [](std::string_view key, const error& e) { return unexpected(error{fmt::format("config: {}: {}", key, e.message)}); };
+  std::string start = "specgen";
+  if (mode) {
+    start = std::string(*mode);
+  } else if (j.contains("mode")) {
+    if (!j["mode"].is_string()) return fail("mode", {fmt::format("expected a mode name, got {}", shown(j["mode"]))});
+    start = j["mode"].get<std::string>();
+  }
+  auto base = mode_config(start, o);
   if (!base) return unexpected(error{"config: mode: " + base.error().message});
   engine_config c = std::move(*base);
-  auto fail = [](std::string_view key, const error& e) { return unexpected(error{fmt::format("config: {}: {}", key, e.message)}); };
-  if (j.contains("seed")) {
-    if (!j["seed"].is_number_unsigned()) return fail("seed", {"expected a non-negative integer"});
-    c.seed = j["seed"].get<std::uint64_t>();
-  }
+  // A plain value of the config: read against its range, errors naming the key.
+  auto value = [&](const char* key, auto& out, const auto&... r) -> expected<void, error> {
+    if (!j.contains(key)) return {};
+    if (auto why = read_value(j[key], out, fmt::format("config: {}", key), r...); !why.empty()) return unexpected(error{why});
+    return {};
+  };
+  if (auto r = value("seed", c.seed); !r) return unexpected(r.error());
   if (j.contains("strategy")) {
     auto s = make_strategy(j["strategy"]);
     if (!s) return fail("strategy", s.error());
@@ -163,35 +227,19 @@ inline expected<engine_config, error> config_from_json(const nlohmann::json& j, 
     if (!b) return fail("budget", b.error());
     c.budget = *b;
   }
-  if (j.contains("max_streams")) {
-    if (!j["max_streams"].is_number_integer() || j["max_streams"].get<int>() < 0)
-      return fail("max_streams", {"expected an integer >= 0"});
-    c.max_streams = j["max_streams"].get<int>();
-  }
+  // 0: the backend's own limit on concurrent streams.
+  if (auto r = value("max_streams", c.max_streams, in_or_zero(1, 65'536, "the backend's limit")); !r) return unexpected(r.error());
   for (auto [key, target] : {std::pair{"main_sampling", &c.main_sampling}, std::pair{"fork_sampling", &c.fork_sampling}}) {
     if (!j.contains(key)) continue;
-    const auto& sj = j[key];
-    if (!sj.is_object()) return fail(key, {"expected an object with temperature, top_p, max_tokens"});
-    if (auto r = detail::check_known_keys(sj, key, {"temperature", "top_p", "max_tokens"}); !r) return unexpected(r.error());
-    try {
-      target->temperature = sj.value("temperature", target->temperature);
-      target->top_p = sj.value("top_p", target->top_p);
-      target->max_tokens = sj.value("max_tokens", target->max_tokens);
-    } catch (const nlohmann::json::exception& e) {
-      return fail(key, {e.what()});
-    }
-    if (target->temperature < 0 || target->top_p <= 0 || target->top_p > 1 || target->max_tokens < 1)
-      return fail(key, {"temperature must be >= 0, top_p in (0, 1], max_tokens >= 1"});
+    auto s = read_fields<sampling>(j[key], fmt::format("config: {}", key), *target);
+    if (!s) return unexpected(s.error());
+    *target = *s;
   }
-  if (j.contains("extract_inline_code")) {
-    if (!j["extract_inline_code"].is_boolean()) return fail("extract_inline_code", {"expected true or false"});
-    c.extract_inline_code = j["extract_inline_code"].get<bool>();
-  }
-  if (j.contains("cancel_running_at_round_end")) {
-    if (!j["cancel_running_at_round_end"].is_boolean()) return fail("cancel_running_at_round_end", {"expected true or false"});
-    c.cancel_running_at_round_end = j["cancel_running_at_round_end"].get<bool>();
-  }
+  if (auto r = value("extract_inline_code", c.extract_inline_code); !r) return unexpected(r.error());
+  if (auto r = value("cancel_running_at_round_end", c.cancel_running_at_round_end); !r) return unexpected(r.error());
   return c;
 }
+
+}  // namespace detail
 
 SPECGEN_END_NAMESPACE

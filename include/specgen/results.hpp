@@ -30,17 +30,27 @@ inline void to_json(nlohmann::json& j, const search_result& s) {
        {"cancelled", s.cancelled},
        {"reused", s.reused},
        {"terminations", s.terminations},
+       {"stream_failures", s.stream_failures},
+       {"first_stream_error", s.first_stream_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.first_stream_error)},
+       {"every_stream_failed", s.every_stream_failed()},
        {"verdicts", s.verdicts}};
+}
+
+inline void to_json(nlohmann::json& j, const run_segment& s) {
+  j = {{"start_seconds", s.start_seconds}, {"end_seconds", s.end_seconds}, {"completed", s.completed}};
 }
 
 inline void to_json(nlohmann::json& j, const run_result& r) {
   j = {{"e2e_seconds", r.e2e_seconds},
        {"pool_utilization", r.pool_utilization},
+       {"pool_utilization_covers", r.pool_utilization_whole_run ? "run" : "last segment"},
        {"generated_tokens", r.generated_tokens},
        {"profiled_kernels", r.profiled_kernels},
+       {"stream_failures", r.stream_failures},
        {"best_speedup_geomean", r.best_speedup_geomean},
        {"events", r.events},
        {"scheduler", r.scheduler},
+       {"segments", r.segments},
        {"searches", r.searches}};
 }
 

@@ -12,6 +12,7 @@
 ///   auto suite = specgen::load_suite("tasks/examples");   // every *.json, sorted by task name
 /// @endcode
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/files.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/expr.hpp>
 #include <specgen/plan.hpp>
@@ -29,6 +30,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -88,6 +90,14 @@ inline std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 inline bool is_task_name(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_name_char(c) || c == '-' || c == '.'; });
+}
+
+/// A task_error for a whole file from a file helper's error, whose message
+/// already starts with the file's name.
+inline task_error whole_file_error(const std::string& file, const error& e) {
+  std::string m = e.message;
+  if (m.starts_with(file + ": ")) m.erase(0, file.size() + 2);
+  return task_error{file, "", std::move(m)};
 }
 
 /// Reads the JSON shape of a task; the meaning is checked by `validate_task`.
@@ -253,11 +263,11 @@ class task_reader {
       std::string rel;
       if (auto e = string(j["source_file"], at + "/source_file", rel)) return e;
       const std::filesystem::path p = std::filesystem::path(rel).is_absolute() ? std::filesystem::path(rel) : dir_ / rel;
-      std::ifstream in(p, std::ios::binary);
-      if (!in)
+      auto text = read_regular_file(p, file_kinds::source);
+      if (!text)
         return err(at + "/source_file", fmt::format("cannot read '{}' (looked in '{}'): {}", rel, p.string(),
-                                                    std::strerror(errno)));
-      out.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+                                                    whole_file_error(p.string(), text.error()).message));
+      out.source = std::move(*text);
     }
     if (j.contains("plan"))
       if (auto e = text(j["plan"], at + "/plan", out.plan)) return e;
@@ -411,40 +421,50 @@ inline expected<task, task_error> parse_task(const nlohmann::json& j, std::strin
 }
 
 /// Load and check one task file (JSON; `//` and `/* */` comments allowed).
-inline expected<task, task_error> load_task(const std::filesystem::path& path) {
+/// Every failure, a path that is not a regular file or a file over the limit
+/// (4 MiB, and as much for a source_file) included, is a `task_error`; this
+/// never throws.
+inline expected<task, task_error> load_task(const std::filesystem::path& path) noexcept {
   const std::string file = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return unexpected(task_error{file, "", fmt::format("cannot open the file: {}", std::strerror(errno))});
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
-    return unexpected(task_error{file, "", fmt::format("not valid JSON: {}", e.what())});
+    auto j = detail::read_json_file(path, detail::file_kinds::task);
+    if (!j) return unexpected(detail::whole_file_error(file, j.error()));
+    return parse_task(*j, file);
+  } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
+    return unexpected(task_error{file, "", fmt::format("cannot load the task: {}", e.what())});
   }
-  return parse_task(j, file);
+}
+
+/// Load the task files `files`, in that order. Two files defining the same
+/// task name are an error naming both.
+inline expected<std::vector<task>, task_error> load_tasks(const std::vector<std::filesystem::path>& files) noexcept {
+  try {
+    std::vector<task> tasks;
+    std::map<std::string, std::string> file_of;  // task name -> the file defining it
+    for (const auto& f : files) {
+      auto t = load_task(f);
+      if (!t) return unexpected(t.error());
+      if (auto [it, fresh] = file_of.emplace(t->name, t->file); !fresh)
+        return unexpected(task_error{t->file, "/name",
+                                     fmt::format("task '{}' is also defined in {}; task names must be unique: rename "
+                                                 "one of them or remove one of the files",
+                                                 t->name, it->second)});
+      tasks.push_back(std::move(*t));
+    }
+    return tasks;
+  } catch (const std::exception& e) {
+    return unexpected(task_error{"", "", fmt::format("cannot load the tasks: {}", e.what())});
+  }
 }
 
 /// Load every `*.json` file of `directory` (not recursive) as a task, sorted
 /// by task name. Two files defining the same task name are an error.
-inline expected<std::vector<task>, task_error> load_suite(const std::filesystem::path& directory) {
-  std::error_code ec;
-  std::vector<std::filesystem::path> files;
-  for (std::filesystem::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().extension() == ".json" && it->is_regular_file()) files.push_back(it->path());
-  if (ec) return unexpected(task_error{directory.string(), "", fmt::format("cannot list the directory: {}", ec.message())});
-  if (files.empty()) return unexpected(task_error{directory.string(), "", "no *.json task files in the directory"});
-  std::sort(files.begin(), files.end());
-  std::vector<task> suite;
-  for (const auto& f : files) {
-    auto t = load_task(f);
-    if (!t) return unexpected(t.error());
-    suite.push_back(std::move(*t));
-  }
-  std::stable_sort(suite.begin(), suite.end(), [](const task& a, const task& b) { return a.name < b.name; });
-  for (std::size_t i = 1; i < suite.size(); ++i)
-    if (suite[i].name == suite[i - 1].name)
-      return unexpected(task_error{suite[i].file, "/name",
-                                   fmt::format("task '{}' is also defined in {}", suite[i].name, suite[i - 1].file)});
+inline expected<std::vector<task>, task_error> load_suite(const std::filesystem::path& directory) noexcept {
+  auto files = detail::json_files_in(directory);
+  if (!files) return unexpected(detail::whole_file_error(directory.string(), files.error()));
+  if (files->empty()) return unexpected(task_error{directory.string(), "", "no *.json task files in the directory"});
+  auto suite = load_tasks(*files);
+  if (suite) std::stable_sort(suite->begin(), suite->end(), [](const task& a, const task& b) { return a.name < b.name; });
   return suite;
 }
 

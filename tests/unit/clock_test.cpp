@@ -2,6 +2,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
 #include <vector>
 
 using namespace specgen;
@@ -47,4 +51,13 @@ TEST_CASE("a real loop runs posts from other threads and sleeps until its timers
   CHECK(posted);
   CHECK(timed);
   CHECK(loop.now() >= std::chrono::milliseconds(5));
+}
+
+TEST_CASE("seconds() refuses a duration that does not fit its nanoseconds instead of wrapping to t = 0") {
+  CHECK(seconds(1e9) == std::chrono::seconds(1'000'000'000));
+  CHECK(seconds(-2.5) == std::chrono::milliseconds(-2500));
+  CHECK_THROWS_AS(seconds(1e10), std::out_of_range);  // 10^19 ns overflows 64 bits
+  CHECK_THROWS_AS(seconds(-1e10), std::out_of_range);
+  CHECK_THROWS_AS(seconds(std::numeric_limits<double>::infinity()), std::out_of_range);
+  CHECK_THROWS_AS(seconds(std::nan("")), std::out_of_range);
 }

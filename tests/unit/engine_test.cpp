@@ -97,7 +97,11 @@ struct world {
   run_result run(engine_config cfg, journal_writer* j = nullptr, const journal_state* resume_from = nullptr) {
     engine eng(loop, checked, counted, std::move(cfg), j);
     for (const auto& t : corpus.tasks) eng.add_search(std::make_shared<const task>(t));
-    if (resume_from) eng.resume(*resume_from);
+    if (resume_from) {
+      auto resumed = eng.resume(*resume_from);
+      INFO((resumed ? std::string() : resumed.error().message));
+      REQUIRE(resumed);
+    }
     auto r = eng.run();
     for (std::size_t s = 0; s < corpus.tasks.size(); ++s)
       for (const auto& rec : eng.records(static_cast<int>(s))) records.push_back(rec);
@@ -229,6 +233,295 @@ TEST_CASE("a killed run resumes from its journal without re-evaluating or losing
   CHECK(after->run_starts == 2);
 }
 
+namespace {
+
+std::vector<std::string> lines_of(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+/// The journal a kill after `n` records leaves.
+void write_first(const std::filesystem::path& p, const std::vector<std::string>& lines, std::size_t n) {
+  std::ofstream out(p, std::ios::trunc);
+  for (std::size_t i = 0; i < n; ++i) out << lines[i] << '\n';
+}
+
+/// Per content hash, the compile results a journal records (reused evaluations are not compiles).
+std::map<std::uint64_t, int> compiles_in(const std::vector<std::string>& lines, std::size_t n) {
+  std::map<candidate_id, std::uint64_t> hash_of;
+  std::map<std::uint64_t, int> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto r = nlohmann::json::parse(lines[i]);
+    if (r["type"] == "candidate") hash_of[r["candidate"]["id"].get<candidate_id>()] = r["candidate"].get<candidate>().content_hash();
+    if (r["type"] == "evaluation" && r.value("stage", "") == "compile") ++out[hash_of.at(r["candidate"].get<candidate_id>())];
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a run killed at any point and resumed evaluates no kernel more often than the uninterrupted run, and loses none") {
+  // Identical kernels are evaluated once: the copies that waited for the first
+  // copy's verdict when the run was killed must wait again after the resume.
+  int checked = 0, waiting_at_kill = 0;
+  for (std::uint64_t seed : {9u, 2u}) {
+    CAPTURE(seed);
+    const auto full = temp_file("kill-full.jsonl"), cut = temp_file("kill-cut.jsonl");
+    world uninterrupted(seed);
+    {
+      journal_writer j(full, false);
+      uninterrupted.run(config("specgen", 4, seed), &j);
+    }
+    std::map<std::uint64_t, int> once;
+    for (auto h : uninterrupted.counted.compiled) ++once[h];
+    const auto lines = lines_of(full);
+    for (std::size_t n = 2; n < lines.size(); n += lines.size() / 24) {
+      CAPTURE(n);
+      write_first(cut, lines, n);
+      auto st = load_journal(cut);
+      REQUIRE(st);
+      std::map<std::uint64_t, int> pending;
+      for (auto id : st->ids_with(candidate_status::pending)) ++pending[st->candidates.at(id).cand.content_hash()];
+      for (const auto& [h, k] : pending) waiting_at_kill += k > 1 ? k - 1 : 0;
+
+      world w(seed);
+      journal_writer j(cut, true);
+      w.run(config("specgen", 4, seed), &j, &*st);
+      auto total = compiles_in(lines, n);
+      for (auto h : w.counted.compiled) ++total[h];
+      // Compiles before the kill plus after it, against the uninterrupted run. A round cut by the
+      // kill runs again at another time, so its forks may write a kernel the first run never
+      // wrote: that one may be compiled once.
+      for (const auto& [h, k] : total) {
+        CAPTURE(h);
+        CHECK(k <= std::max(once[h], 1));
+      }
+      // Every candidate has its verdict or was dropped as stale, the journaled ones included.
+      std::set<candidate_id> seen;
+      for (const auto& rec : w.records) {
+        CHECK((rec.eval.has_value() || rec.cancelled));
+        seen.insert(rec.cand->id);
+      }
+      for (const auto& [id, jc] : st->candidates) CHECK(seen.count(id) == 1);
+      // ... and so does the journal: none is left pending.
+      auto after = load_journal(cut);
+      REQUIRE(after);
+      CHECK(after->ids_with(candidate_status::pending).empty());
+      ++checked;
+    }
+  }
+  CHECK(checked >= 40);
+  CHECK(waiting_at_kill > 0);  // some kills left identical copies pending
+}
+
+TEST_CASE("resuming a finished run reports the results the run reported") {
+  const auto path = temp_file("finished.jsonl");
+  auto cfg = [] {
+    auto c = config("specgen", 4, 3);
+    c.budget.target_speedup = 1.1;
+    return c;
+  };
+  world first(3);
+  run_result r0;
+  {
+    journal_writer j(path, false);
+    r0 = first.run(cfg(), &j);
+  }
+  auto st = load_journal(path);
+  REQUIRE(st);
+  world again(3);
+  journal_writer j(path, true);
+  const auto r1 = again.run(cfg(), &j, &*st);
+  CHECK(again.counted.compiled.empty());
+  CHECK(r1.e2e_seconds == r0.e2e_seconds);
+  CHECK(r1.profiled_kernels == r0.profiled_kernels);
+  CHECK(r1.generated_tokens == r0.generated_tokens);
+  CHECK(r1.pool_utilization == Approx(r0.pool_utilization));
+  CHECK(r1.pool_utilization_whole_run);
+  REQUIRE(r1.segments.size() == 2);
+  CHECK(r1.segments[0].completed);
+  REQUIRE(r1.searches.size() == r0.searches.size());
+  bool reached = false;
+  for (std::size_t i = 0; i < r0.searches.size(); ++i) {
+    CAPTURE(i);
+    const auto &a = r0.searches[i], &b = r1.searches[i];
+    CHECK(b.end_seconds == a.end_seconds);
+    CHECK(b.end_reason == a.end_reason);
+    CHECK(b.seconds_to_target == a.seconds_to_target);
+    CHECK(b.rounds == a.rounds);
+    CHECK(b.best_speedup == a.best_speedup);
+    CHECK(b.profiled == a.profiled);
+    CHECK(b.tokens == a.tokens);
+    CHECK(b.generated_tokens == a.generated_tokens);
+    CHECK(b.forks == a.forks);
+    CHECK(b.forks_skipped == a.forks_skipped);
+    CHECK(b.terminations == a.terminations);
+    CHECK(b.compiled_ok == a.compiled_ok);
+    CHECK(b.validated_ok == a.validated_ok);
+    CHECK(b.candidates == a.candidates);
+    CHECK(b.reused == a.reused);
+    CHECK(b.cancelled == a.cancelled);
+    CHECK(b.verdicts == a.verdicts);
+    reached = reached || a.seconds_to_target.has_value();
+  }
+  CHECK(reached);
+}
+
+TEST_CASE("a resumed run's results cover the whole run: its time, each search's end, its profiles and tokens") {
+  const auto full = temp_file("whole-full.jsonl"), cut = temp_file("whole-cut.jsonl");
+  world uninterrupted(9);
+  run_result r0;
+  {
+    journal_writer j(full, false);
+    r0 = uninterrupted.run(config("specgen", 4, 9), &j);
+  }
+  const auto lines = lines_of(full);
+  int ended_before_kill = 0;
+  for (std::size_t n = lines.size() / 8; n < lines.size() - 1; n += lines.size() / 8) {
+    CAPTURE(n);
+    write_first(cut, lines, n);
+    auto st = load_journal(cut);
+    REQUIRE(st);
+    world w(9);
+    run_result r;
+    {
+      journal_writer j(cut, true);
+      r = w.run(config("specgen", 4, 9), &j, &*st);
+    }
+    const double killed_at = to_seconds(st->last_t);
+    // Run time continues from the killed segment's last record.
+    REQUIRE(r.segments.size() == 2);
+    CHECK_FALSE(r.segments[0].completed);
+    CHECK(r.segments[0].end_seconds == killed_at);
+    CHECK(r.segments[1].start_seconds == killed_at);
+    CHECK(r.e2e_seconds >= killed_at);
+    // The killed segment's device time is not journaled: the utilisation says it covers only this segment.
+    CHECK_FALSE(r.pool_utilization_whole_run);
+    for (std::size_t i = 0; i < r.searches.size(); ++i) {
+      CAPTURE(i);
+      const auto& s = r.searches[i];
+      const auto& js = st->searches.at(static_cast<int>(i));
+      CHECK(s.end_seconds > 0);
+      CHECK(s.end_seconds <= r.e2e_seconds);
+      if (js.ended) {
+        ++ended_before_kill;
+        CHECK(s.end_seconds == r0.searches[i].end_seconds);  // before the kill, the two runs were one
+      } else {
+        CHECK(s.end_seconds >= killed_at);
+      }
+      CHECK(s.generated_tokens >= js.generated_tokens);
+      CHECK(s.tokens.completion_tokens >= js.tokens.completion_tokens);
+      CHECK(s.forks >= js.forks);
+      CHECK(s.compiled_ok >= js.compiled_ok);
+    }
+    // Profiled kernels: every distinct profile of the whole run, once.
+    auto after = load_journal(cut);
+    REQUIRE(after);
+    int profiled = 0;
+    for (const auto& [index, js] : after->searches) profiled += static_cast<int>(js.history.size());
+    CHECK(r.profiled_kernels == profiled);
+    // One clock for the whole journal: times never go back.
+    std::int64_t last = 0;
+    for (const auto& line : lines_of(cut)) {
+      const auto t = nlohmann::json::parse(line)["t_ns"].get<std::int64_t>();
+      CHECK(t >= last);
+      last = t;
+    }
+  }
+  CHECK(ended_before_kill > 0);
+}
+
+TEST_CASE("a time budget counts the time a run had before it was killed") {
+  auto cfg = [] {
+    auto c = config("specgen", 50, 9);
+    c.budget.max_seconds = 400;
+    return c;
+  };
+  const auto full = temp_file("budget-full.jsonl"), cut = temp_file("budget-cut.jsonl");
+  {
+    world w(9);
+    journal_writer j(full, false);
+    const auto r = w.run(cfg(), &j);
+    for (const auto& s : r.searches) REQUIRE(s.end_reason == "time budget");
+  }
+  const auto lines = lines_of(full);
+  write_first(cut, lines, lines.size() / 2);
+  auto st = load_journal(cut);
+  REQUIRE(st);
+  REQUIRE(to_seconds(st->last_t) > 100);
+  world w(9);
+  journal_writer j(cut, true);
+  const auto r = w.run(cfg(), &j, &*st);
+  for (const auto& s : r.searches) {
+    CHECK(s.end_reason == "time budget");
+    CHECK(s.end_seconds == Approx(400));
+  }
+}
+
+namespace {
+
+/// The error `resume` gives for `st` in a run of `cfg` on `w`'s corpus, or "" when it accepts it.
+std::string resume_error(world& w, engine_config cfg, const journal_state& st) {
+  engine eng(w.loop, w.checked, w.counted, std::move(cfg));
+  for (const auto& t : w.corpus.tasks) eng.add_search(std::make_shared<const task>(t));
+  auto r = eng.resume(st);
+  return r ? std::string() : r.error().message;
+}
+
+}  // namespace
+
+TEST_CASE("resuming the journal of another run is refused, saying what differs") {
+  const auto path = temp_file("identity.jsonl");
+  {
+    world w(5);
+    journal_writer j(path, false);
+    w.run(config("specgen", 3, 5), &j);
+  }
+  auto st = load_journal(path);
+  REQUIRE(st);
+  world same(5);
+  CHECK(resume_error(same, config("specgen", 3, 5), *st).empty());
+
+  world w(5);
+  const auto seed = resume_error(w, config("specgen", 3, 6), *st);
+  CHECK(seed.find("the journal is of another run (run " + st->identity->run_id()) != std::string::npos);
+  CHECK(seed.find("seed 5 vs 6") != std::string::npos);
+  CHECK(seed.find("start a new run in a new journal") != std::string::npos);
+  const auto mode = resume_error(w, config("sequential", 3, 5), *st);
+  CHECK(mode.find("config /trigger") != std::string::npos);
+  const auto rounds = resume_error(w, config("specgen", 4, 5), *st);
+  CHECK(rounds.find("config /budget/max_rounds 3 vs 4") != std::string::npos);
+  world other_corpus(5, {.tasks = 3, .rounds = 4, .lanes = 1});
+  CHECK(resume_error(other_corpus, config("specgen", 3, 5), *st).find("corpus ") != std::string::npos);
+
+  // Records without a run_start belong to no known run.
+  journal_state anonymous = *st;
+  anonymous.identity.reset();
+  CHECK(resume_error(w, config("specgen", 3, 5), anonymous).find("no run_start record") != std::string::npos);
+}
+
+TEST_CASE("a search whose every stream fails says so, with the count and the first error, and the other searches run") {
+  event_loop<virtual_clock> loop;
+  auto corpus = replay::generate_corpus({.tasks = 2, .rounds = 3, .lanes = 1}, 4);
+  const auto orphan = corpus.tasks[1].name;
+  std::erase_if(corpus.traces, [&](const replay::trace& t) { return t.task == orphan; });
+  replay::replay_model model(loop, corpus.traces, {});
+  sim::simulated_device device(loop, corpus.costs, {.devices = 2, .compile_slots = 1, .seed = 4});
+  engine eng(loop, model, device, config("specgen", 3, 4));
+  for (const auto& t : corpus.tasks) eng.add_search(std::make_shared<const task>(t));
+  const auto r = eng.run();
+  REQUIRE(r.searches.size() == 2);
+  CHECK_FALSE(r.searches[0].every_stream_failed());
+  CHECK(r.searches[0].stream_failures == 0);
+  CHECK(r.searches[0].profiled > 0);
+  CHECK(r.searches[1].every_stream_failed());
+  CHECK(r.searches[1].stream_failures == 3);  // one stream per round
+  CHECK(r.searches[1].first_stream_error.find("no trace recorded for task \"" + orphan + "\"") != std::string::npos);
+  CHECK(r.stream_failures == 3);
+}
+
 TEST_CASE("early termination stops the main reasoning when a fork beats the history's mean") {
   world w(3, {.tasks = 2, .rounds = 6, .lanes = 1});
   auto r = w.run(config("specgen", 6, 3));
@@ -335,6 +628,10 @@ TEST_CASE("a stream that cannot start or breaks mid-way ends its lane with a jou
   CHECK(r.searches[0].rounds == 5);
   CHECK(r.searches[0].end_reason == "round budget");
   CHECK(flaky.broke == 1);
+  // Counted, but the search still ran: not a search whose every stream failed.
+  CHECK(r.searches[0].stream_failures == 2);
+  CHECK(r.searches[0].first_stream_error == "HTTP 503 from the server");
+  CHECK_FALSE(r.searches[0].every_stream_failed());
   for (const auto& rec : eng.records(0)) CHECK((rec.eval.has_value() || rec.cancelled));
   // Both failures are in the journal with the server's words.
   const auto text = slurp(path);

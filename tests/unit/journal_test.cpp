@@ -52,6 +52,11 @@ void append_raw(const fs::path& p, std::string_view bytes) {
   out << bytes;
 }
 
+/// The identity of a test run: a made-up corpus fingerprint, `seed` and `config`.
+run_identity run_of(std::uint64_t seed, json config = json::object()) {
+  return run_identity{.corpus = "c0ffee0000000001", .seed = seed, .config = std::move(config)};
+}
+
 candidate make_candidate(candidate_id id, int search, int round, std::string source) {
   candidate c;
   c.id = id;
@@ -88,7 +93,7 @@ eval_outcome outcome(stage s, verdict_kind v, double speedup = 0) {
 /// "dies". Candidate 1 is profiled (2x), 2 fails validation, 3 passed
 /// validation and waits for profiling, 4 was cancelled, 5 has no result yet.
 void write_interrupted_run(journal_writer& j) {
-  j.write_run_start(timestamp(0), 1234, {{"mode", "specgen"}, {"k", 4}});
+  j.write_run_start(timestamp(0), run_of(1234, {{"mode", "specgen"}, {"k", 4}}));
   j.write_search_start(timestamp(1), 0, "softmax");
   j.write_round_start(timestamp(2), 0, 0);
   const auto c1 = make_candidate(1, 0, 0, "kernel one");
@@ -106,7 +111,7 @@ void write_interrupted_run(journal_writer& j) {
   failed.from = origin::fork;
   failed.trigger = "design_decision";
   j.write_extract_failed(timestamp(10), failed, "no fenced code block");
-  j.write_round_end(timestamp(11), 0, 0, "answer", 9000);
+  j.write_round_end(timestamp(11), 0, 0, "answer", 9000, usage{.completion_tokens = 9000});
   j.write_round_start(timestamp(12), 0, 1);
   const auto c3 = make_candidate(3, 0, 1, "kernel three");
   const auto c4 = make_candidate(4, 0, 1, "kernel four");
@@ -137,7 +142,7 @@ TEST_CASE("each record is one line that starts with its type and integral time")
 TEST_CASE("every record is on disk as soon as write returns") {
   temp_journal tmp;
   journal_writer j(tmp.path(), false);
-  j.write_run_start(timestamp(0), 7, json::object());
+  j.write_run_start(timestamp(0), run_of(7));
   j.write_candidate(timestamp(5), make_candidate(1, 0, 0, "k"));
   // The writer is still open: nothing may sit in a user-space buffer.
   auto state = load_journal(tmp.path());
@@ -168,21 +173,21 @@ TEST_CASE("opening without append empties the journal; with append keeps its rec
   temp_journal tmp;
   {
     journal_writer j(tmp.path(), false);
-    j.write_run_start(timestamp(0), 1, json::object());
+    j.write_run_start(timestamp(0), run_of(1));
   }
   {
     journal_writer j(tmp.path(), true);
-    j.write_run_start(timestamp(10), 1, json::object());
+    j.write_run_start(timestamp(10), run_of(1), 1);
   }
   CHECK(lines_of(tmp.path()).size() == 2);
   {
     journal_writer j(tmp.path(), false);
-    j.write_run_start(timestamp(20), 2, json::object());
+    j.write_run_start(timestamp(20), run_of(2));
   }
   auto state = load_journal(tmp.path());
   REQUIRE(state);
   CHECK(state->run_starts == 1);
-  CHECK(state->seed == 2);
+  CHECK(state->identity->seed == 2);
 }
 
 TEST_CASE("resume state: seed, config, pending and final candidates, rounds and history") {
@@ -195,8 +200,8 @@ TEST_CASE("resume state: seed, config, pending and final candidates, rounds and 
   REQUIRE(loaded);
   const auto& st = *loaded;
   CHECK(st.run_starts == 1);
-  CHECK(st.seed == 1234);
-  CHECK(st.config == json{{"mode", "specgen"}, {"k", 4}});
+  REQUIRE(st.identity);
+  CHECK(*st.identity == run_of(1234, {{"mode", "specgen"}, {"k", 4}}));
   CHECK(st.version == "0.1.0");
   CHECK_FALSE(st.run_ended);
   CHECK(st.records == 20);
@@ -292,13 +297,13 @@ TEST_CASE("a resumed run appends to the journal and the state follows the latest
   }
   {
     journal_writer j(tmp.path(), true);
-    j.write_run_start(timestamp(30), 1234, {{"mode", "specgen"}, {"k", 4}});
+    j.write_run_start(timestamp(30), run_of(1234, {{"mode", "specgen"}, {"k", 4}}), 1);
     // The pending candidate is journaled again (same content) and finished.
     const auto c3 = make_candidate(3, 0, 1, "kernel three");
     j.write_candidate(timestamp(31), c3);
     j.write_stage(timestamp(32), 0, c3, outcome(stage::profile, verdict_kind::ok, 3.0));
-    j.write_round_end(timestamp(33), 0, 1, "terminated", 15000);
-    j.write_search_end(timestamp(34), 0, "budget", 3.0, 3, 2);
+    j.write_round_end(timestamp(33), 0, 1, "terminated", 15000, usage{.completion_tokens = 15000});
+    j.write_search_end(timestamp(34), 0, "budget", 3.0, 3, 2, 15000, usage{.completion_tokens = 15000});
     j.write_run_end(timestamp(35), {{"e2e_seconds", 1.5}});
   }
   auto st = load_journal(tmp.path());
@@ -336,7 +341,7 @@ TEST_CASE("a complete record without its newline counts as torn") {
   temp_journal tmp;
   {
     journal_writer j(tmp.path(), false);
-    j.write_run_start(timestamp(0), 1, json::object());
+    j.write_run_start(timestamp(0), run_of(1));
   }
   append_raw(tmp.path(), R"({"type":"search_start","t_ns":1,"search":0,"task":"x"})");
   auto st = load_journal(tmp.path());
@@ -356,7 +361,7 @@ TEST_CASE("appending after a kill cuts the torn line off, so it cannot fuse with
   {
     journal_writer j(tmp.path(), true);
     CHECK(j.dropped_torn_bytes() == torn.size());
-    j.write_run_start(timestamp(50), 1234, json::object());
+    j.write_run_start(timestamp(50), run_of(1234, {{"mode", "specgen"}, {"k", 4}}), 1);
   }
   auto st = load_journal(tmp.path());
   REQUIRE(st);
@@ -388,7 +393,7 @@ TEST_CASE("a damaged last line that ends in a newline is corruption, not a torn 
   temp_journal tmp;
   {
     journal_writer j(tmp.path(), false);
-    j.write_run_start(timestamp(0), 1, json::object());
+    j.write_run_start(timestamp(0), run_of(1));
   }
   append_raw(tmp.path(), "{\"type\":\"round_st\n");
   auto st = load_journal(tmp.path());
@@ -410,7 +415,7 @@ TEST_CASE("a stage result for a candidate never recorded is an inconsistency") {
   temp_journal tmp;
   {
     journal_writer j(tmp.path(), false);
-    j.write_run_start(timestamp(0), 1, json::object());
+    j.write_run_start(timestamp(0), run_of(1));
     j.write_stage(timestamp(1), 0, make_candidate(8, 0, 0, "k"), outcome(stage::compile, verdict_kind::ok));
   }
   auto st = load_journal(tmp.path());
@@ -474,4 +479,110 @@ TEST_CASE("model text with invalid UTF-8 is journaled with replacement character
   auto st = load_journal(tmp.path());
   REQUIRE(st);
   CHECK(st->candidates.at(1).cand.source == "// cut: \xef\xbf\xbd");
+}
+
+TEST_CASE("run_start carries the run's identity: format, run id, corpus, seed, configuration and segment") {
+  temp_journal tmp;
+  const auto id = run_of(42, {{"mode", "specgen"}});
+  {
+    journal_writer j(tmp.path(), false);
+    j.write_run_start(timestamp(0), id, 3);
+  }
+  const auto r = json::parse(lines_of(tmp.path()).at(0));
+  CHECK(r["format"] == journal_format);
+  CHECK(r["run_id"] == id.run_id());
+  CHECK(r["corpus"] == "c0ffee0000000001");
+  CHECK(r["seed"] == 42);
+  CHECK(r["config"] == json{{"mode", "specgen"}});
+  CHECK(r["segment"] == 3);
+  // The id is derived from the identity, so the same run writes the same bytes.
+  CHECK(id.run_id().size() == 16);
+  CHECK(id.run_id() == run_of(42, {{"mode", "specgen"}}).run_id());
+  CHECK(id.run_id() != run_of(43, {{"mode", "specgen"}}).run_id());
+}
+
+TEST_CASE("the differences between two run identities name each field with both values") {
+  const auto journaled = run_of(1, {{"seed", 1}, {"budget", {{"max_rounds", 3}}}, {"mode", "specgen"}});
+  auto here = run_of(2, {{"seed", 2}, {"budget", {{"max_rounds", 5}}}, {"mode", "specgen"}});
+  here.corpus = "c0ffee0000000002";
+  const auto diff = journaled.differences(here);
+  REQUIRE(diff.size() == 3);  // the seed is named once, not again inside the configuration
+  CHECK(diff[0] == "corpus c0ffee0000000001 vs c0ffee0000000002 (other tasks, traces or cost table)");
+  CHECK(diff[1] == "seed 1 vs 2");
+  CHECK(diff[2] == "config /budget/max_rounds 3 vs 5");
+  CHECK(journaled.differences(journaled).empty());
+}
+
+TEST_CASE("a journal holding the run_starts of two different runs is refused, naming both and the line") {
+  temp_journal tmp;
+  {
+    journal_writer j(tmp.path(), false);
+    write_interrupted_run(j);  // run_start of seed 1234 on line 1
+    j.write_run_start(timestamp(30), run_of(99, {{"mode", "specgen"}, {"k", 4}}), 1);
+  }
+  auto st = load_journal(tmp.path());
+  REQUIRE_FALSE(st);
+  const auto& msg = st.error().message;
+  CHECK(msg.find(tmp.path().string() + ":21: run_start of run " + run_of(99, {{"mode", "specgen"}, {"k", 4}}).run_id()) !=
+        std::string::npos);
+  CHECK(msg.find("line 1 started run " + run_of(1234, {{"mode", "specgen"}, {"k", 4}}).run_id()) != std::string::npos);
+  CHECK(msg.find("seed 1234 vs 99") != std::string::npos);
+  CHECK(msg.find("the first 20 lines") != std::string::npos);
+  CHECK(msg.find("damaged") == std::string::npos);  // intact records, refused for what they say
+}
+
+TEST_CASE("a journal of another format is refused, saying which format this specgen reads") {
+  temp_journal tmp;
+  // A run_start as specgen wrote it before run identities: no format, no run id.
+  append_raw(tmp.path(), R"({"type":"run_start","t_ns":0,"t":0,"config":{},"seed":1,"version":"0.1.0"})"
+                         "\n");
+  auto st = load_journal(tmp.path());
+  REQUIRE_FALSE(st);
+  const auto& msg = st.error().message;
+  CHECK(msg.find(":1: the journal is in format 1 (written by specgen 0.1.0), and this specgen reads format " +
+                 std::to_string(journal_format)) != std::string::npos);
+  CHECK(msg.find("new output directory") != std::string::npos);
+}
+
+TEST_CASE("the state counts what each search did and when it ended, across segments") {
+  temp_journal tmp;
+  {
+    journal_writer j(tmp.path(), false);
+    write_interrupted_run(j);  // search 0: one fork record, candidates 1 and 3 compiled and validated, 2 compiled
+    j.write("fork_skipped", timestamp(20), {{"search", 0}, {"round", 1}});
+    j.write("stream_error", timestamp(21), {{"search", 0}, {"round", 1}, {"lane", 0}, {"error", "HTTP 503"}});
+  }
+  {
+    journal_writer j(tmp.path(), true);  // resumed where the first segment stopped
+    j.write_run_start(timestamp(21), run_of(1234, {{"mode", "specgen"}, {"k", 4}}), 1);
+    j.write("fork_error", timestamp(22), {{"search", 0}, {"round", 1}, {"lane", 0}, {"error", "connection reset"}});
+    j.write("terminated", timestamp(23), {{"search", 0}, {"round", 1}, {"lane", 0}});
+    j.write("target_reached", timestamp(24), {{"search", 0}, {"candidate", 3}});
+    j.write("target_reached", timestamp(25), {{"search", 0}, {"candidate", 5}});
+    j.write_round_end(timestamp(26), 0, 1, "terminated", 15000, usage{.prompt_tokens = 10, .completion_tokens = 15000});
+    j.write_search_end(timestamp(27), 0, "round budget", 2.0, 1, 2, 15000, usage{.prompt_tokens = 10, .completion_tokens = 15000});
+    j.write_run_end(timestamp(28), {{"device_busy_ns", 5}, {"usage_by_search", json::array({usage{.prompt_tokens = 10, .completion_tokens = 15100}})}});
+  }
+  auto st = load_journal(tmp.path());
+  REQUIRE(st);
+  const auto& s = st->searches.at(0);
+  CHECK(s.forks == 1);
+  CHECK(s.forks_skipped == 1);
+  CHECK(s.terminations == 1);
+  CHECK(s.stream_failures == 2);
+  CHECK(s.first_stream_error == "HTTP 503");
+  CHECK(s.compiled_ok == 3);
+  CHECK(s.validated_ok == 2);
+  CHECK(s.target_reached_at == timestamp(24));
+  CHECK(s.ended_at == timestamp(27));
+  CHECK(s.generated_tokens == 15000);
+  CHECK(s.tokens.completion_tokens == 15100);  // run_end has the usage of streams that ended after the search
+  REQUIRE(st->segments.size() == 2);
+  CHECK(st->segments[0].start == timestamp(0));
+  CHECK(st->segments[0].last == timestamp(21));
+  CHECK_FALSE(st->segments[0].completed);
+  CHECK(st->segments[1].start == timestamp(21));
+  CHECK(st->segments[1].last == timestamp(28));
+  CHECK(st->segments[1].completed);
+  CHECK(st->segments[1].summary.at("device_busy_ns") == 5);
 }

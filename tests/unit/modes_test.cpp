@@ -41,7 +41,7 @@ TEST_CASE("config errors name the key and what is wrong") {
   };
   CHECK_THAT(err(R"({"mode": "fastest"})"), Catch::Contains("unknown mode 'fastest'"));
   CHECK_THAT(err(R"({"termnation": "never"})"), Catch::Contains("unknown key 'termnation'"));
-  CHECK_THAT(err(R"({"budget": {"max_rounds": 0}})"), Catch::Contains("max_rounds must be >= 1"));
+  CHECK_THAT(err(R"({"budget": {"max_rounds": 0}})"), Catch::Contains("budget.max_rounds: must be an integer in [1, 10000], got 0"));
   CHECK_THAT(err(R"({"seed": -3})"), Catch::Contains("seed"));
   CHECK_THAT(err(R"({"strategy": {"evolve": {"lanes": 0}}})"), Catch::Contains("lanes"));
   CHECK_THAT(err(R"({"pool": {"elastic": {"min_validation": "one"}}})"), Catch::Contains("min_validation"));
@@ -64,5 +64,63 @@ TEST_CASE("overrides apply on top of the mode") {
   CHECK(f->fork_sampling.top_p == 1.0);  // untouched fields keep the mode's value
   auto bad = config_from_json(nlohmann::json::parse(R"({"fork_sampling": {"temprature": 0.3}})"));
   REQUIRE_FALSE(bad);
-  CHECK_THAT(bad.error().message, Catch::Contains("unknown key 'temprature'"));
+  CHECK_THAT(bad.error().message, Catch::Contains("config: fork_sampling: unknown parameter 'temprature'"));
 }
+
+// ---- hostile and careless configs ------------------------------------------------------------
+
+TEST_CASE("budget fields are read within ranges a run can use") {
+  using Catch::Matchers::Contains;
+  auto err = [](const char* text) {
+    auto r = config_from_json(nlohmann::json::parse(text));
+    REQUIRE_FALSE(r);
+    return r.error().message;
+  };
+  // 1e10 s would overflow the deadline's nanoseconds and end every search at t = 0.
+  CHECK_THAT(err(R"({"budget": {"max_seconds": 1e10}})"),
+             Contains("budget.max_seconds: must be a number in [0.001, 10000000], or 0 for none, got 1"));
+  CHECK_THAT(err(R"({"budget": {"max_seconds": -5}})"), Contains("budget.max_seconds"));
+  CHECK_THAT(err(R"({"budget": {"max_rounds": 2147483647}})"), Contains("budget.max_rounds"));
+  CHECK_THAT(err(R"({"budget": {"target_speedup": -2}})"), Contains("budget.target_speedup"));
+  CHECK_THAT(err(R"({"budget": {"target_speedup": 1e300}})"), Contains("budget.target_speedup"));
+  auto ok = config_from_json(nlohmann::json::parse(R"({"budget": {"max_seconds": 1e7, "target_speedup": 0}})"));
+  REQUIRE(ok);
+  CHECK(ok->budget.max_seconds == 1e7);
+}
+
+TEST_CASE("sizes in a config are read within ranges, so none can exhaust memory") {
+  using Catch::Matchers::Contains;
+  auto err = [](const char* text) {
+    auto r = config_from_json(nlohmann::json::parse(text));
+    REQUIRE_FALSE(r);
+    return r.error().message;
+  };
+  CHECK_THAT(err(R"({"strategy": {"parallel": {"seeds": 1000000}}})"), Contains("parallel.seeds") && Contains("[1, 256]"));
+  CHECK_THAT(err(R"({"strategy": {"evolve": {"lanes": 2147483647}}})"), Contains("evolve.lanes"));
+  CHECK_THAT(err(R"({"strategy": {"evolve": {"population": 2147483647}}})"), Contains("evolve.population"));
+  CHECK_THAT(err(R"({"strategy": {"evolve": {"tournament": 1000000000}}})"), Contains("evolve.tournament"));
+  CHECK_THAT(err(R"({"trigger": {"fence_closed": {"samples": 1000000}}})"), Contains("fence_closed.samples"));
+  CHECK_THAT(err(R"({"max_streams": 4294967296})"), Contains("config: max_streams"));
+  CHECK_THAT(err(R"({"main_sampling": {"max_tokens": 2147483647}})"), Contains("main_sampling.max_tokens"));
+  CHECK_THAT(err(R"({"fork_sampling": {"top_p": 0}})"), Contains("fork_sampling.top_p"));
+  CHECK_THAT(err(R"({"mode": 7})"), Contains("config: mode: expected a mode name"));
+}
+
+TEST_CASE("a mode given apart from a config must agree with the policies the config sets") {
+  const auto file = nlohmann::json::parse(R"({"trigger": {"fence_closed": {"samples": 2}}, "budget": {"max_rounds": 3}})");
+  const auto r = config_with_mode(file, "sequential");
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("mode 'sequential' contradicts the config's trigger"));
+  const auto two = config_with_mode(nlohmann::json::parse(R"({"trigger": "default", "pool": "elastic"})"), "sequential");
+  REQUIRE_FALSE(two);
+  CHECK_THAT(two.error().message, Catch::Contains("trigger and pool"));
+  // A config that sets what the mode sets anyway, or only other keys, is fine; the mode replaces "mode".
+  auto same = config_with_mode(nlohmann::json::parse(R"({"mode": "specgen", "trigger": "never", "budget": {"max_rounds": 3}})"),
+                               "sequential");
+  REQUIRE(same);
+  CHECK(same->trigger.name() == "never");
+  CHECK(same->budget.max_rounds == 3);
+  auto full = config_with_mode(to_json(*mode_config("+kv")), "specgen");
+  CHECK(full);
+}
+

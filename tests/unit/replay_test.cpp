@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -491,7 +493,7 @@ TEST_CASE("loading reports the file, the JSON pointer and the problem") {
   {
     auto j = good;
     j["traces"][0]["segments"][0]["tokens"] = 0;
-    CHECK_THAT(error_of(j).message, Catch::Contains("at least 1"));
+    CHECK_THAT(error_of(j).message, Catch::Contains("must be an integer in [1, 1000000], got 0"));
   }
   const auto dir = temp_dir("errors");
   std::ofstream(dir / "bad.json") << "{ not json";
@@ -523,3 +525,71 @@ TEST_CASE("the replay model refuses a negative or non-finite decode slowdown") {
   }
   CHECK_NOTHROW(replay_model(loop, {}, replay_params{.slowdown_per_sequence = 0}));
 }
+
+// ---- hostile and careless trace files ------------------------------------------------------
+
+TEST_CASE("token counts, rounds and lanes of a trace are read within their ranges") {
+  const nlohmann::json good = traces_to_json(std::vector<trace>{small_trace()});
+  auto error_of = [](const nlohmann::json& j) {
+    auto r = parse_traces(j, "x.json");
+    REQUIRE_FALSE(r);
+    return r.error();
+  };
+  {  // 10^9 filler tokens: expanding them would need gigabytes
+    auto j = good;
+    j["traces"][0]["segments"][1] = {{"filler", 1'000'000'000}, {"topic", "x"}};
+    const auto e = error_of(j);
+    CHECK(e.pointer == "/traces/0/segments/1/filler");
+    CHECK(e.message == "must be an integer in [1, 1000000], got 1000000000");
+  }
+  {  // each segment in range, the sum not
+    auto j = good;
+    for (int i = 0; i < 3; ++i) j["traces"][0]["segments"].push_back({{"filler", 400'000}});
+    const auto e = error_of(j);
+    CHECK_THAT(e.message, Catch::Contains("over the limit of 1000000 per trace"));
+  }
+  {
+    auto j = good;
+    j["traces"][0]["answer"]["tokens"] = 4'294'967'296;
+    CHECK(error_of(j).pointer == "/traces/0/answer/tokens");
+  }
+  {  // round + 1 must fit: 2^31 - 1 would overflow it
+    auto j = good;
+    j["traces"][0]["round"] = 2'147'483'647;
+    const auto e = error_of(j);
+    CHECK(e.pointer == "/traces/0/round");
+    CHECK(e.message == "must be an integer in [0, 9999], got 2147483647");
+  }
+  {
+    auto j = good;
+    j["traces"][0]["lane"] = 1'000'000;
+    CHECK_THAT(error_of(j).message, Catch::Contains("[0, 255]"));
+  }
+  {
+    auto j = good;
+    j["traces"][0]["forks"][0]["samples"] = nlohmann::json::array();
+    for (int i = 0; i < 65; ++i) j["traces"][0]["forks"][0]["samples"].push_back({{"text", "s"}});
+    CHECK_THAT(error_of(j).message, Catch::Contains("at most 64"));
+  }
+  auto ok = good;
+  ok["traces"][0]["round"] = 9'999;
+  CHECK(parse_traces(ok, "x.json"));
+}
+
+TEST_CASE("a trace file that is a FIFO is refused at once, and a number too large is an error value") {
+  const auto dir = temp_dir("hostile");
+  REQUIRE(::mkfifo((dir / "fifo.json").c_str(), 0600) == 0);
+  auto fifo = load_traces(dir / "fifo.json");
+  REQUIRE_FALSE(fifo);
+  CHECK_THAT(fifo.error().message, Catch::Contains("FIFO") && Catch::Contains("not a regular file"));
+  auto in_dir = load_traces(dir);  // a directory listing it says so too
+  REQUIRE_FALSE(in_dir);
+  CHECK_THAT(in_dir.error().message, Catch::Contains("FIFO"));
+  std::filesystem::remove(dir / "fifo.json");
+  std::ofstream(dir / "big.json") << R"({"format": "specgen-trace/1", "traces": [{"round": 1e999}]})";
+  auto big = load_traces(dir / "big.json");
+  REQUIRE_FALSE(big);
+  CHECK_THAT(big.error().message, Catch::Contains("not valid JSON"));
+  std::filesystem::remove_all(dir);
+}
+

@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -146,10 +149,10 @@ TEST_CASE("cost-table parse errors name the file, the JSON pointer and the probl
   CHECK(error_of(R"({"format": "specgen-cost-table/1", "kernels": [{"key": "xyz", "task": "t", "verdict": "ok"}]})")
             .starts_with("t.json: /kernels/0/key: \"xyz\" is not 16 hex digits"));
   CHECK(error_of(R"({"format": "specgen-cost-table/1", "kernels": [{)" + kernel_ok +
-                 R"(, "verdict": "ok", "noise": -0.1}]})") == "t.json: /kernels/0/noise: must be >= 0");
+                 R"(, "verdict": "ok", "noise": -0.1}]})") == "t.json: /kernels/0/noise: must be a number in [0, 1], got -0.1");
   CHECK(error_of(R"({"format": "specgen-cost-table/1", "kernels": [{)" + kernel_ok +
                  R"(, "verdict": "ok", "compile_s": "fast"}]})") ==
-        "t.json: /kernels/0/compile_s: expected a number, found string \"fast\"");
+        "t.json: /kernels/0/compile_s: expected a number in [0, 3600], found string \"fast\"");
   CHECK(error_of(R"({"format": "specgen-cost-table/1", "kernels": [
           {"key": "0123456789abcdef", "task": "t", "verdict": "ok"}]})") ==
         "t.json: /kernels/0/runtime_us: must be > 0 for a kernel whose verdict is ok");
@@ -171,7 +174,7 @@ TEST_CASE("a failing kernel needs no runtime, and unknown fields are ignored") {
 TEST_CASE("loading a missing or malformed file says which file and why") {
   auto missing = load_cost_table("/nonexistent/specgen/table.json");
   REQUIRE_FALSE(missing);
-  CHECK(missing.error().message == "/nonexistent/specgen/table.json: cannot open the cost table for reading");
+  CHECK(missing.error().message == "/nonexistent/specgen/table.json: cannot open the file: No such file or directory");
 
   const auto path = std::filesystem::temp_directory_path() / "specgen_sim_test_bad.json";
   std::ofstream(path) << "{ \"format\": ";
@@ -223,7 +226,7 @@ TEST_CASE("a simulated device with impossible parameters fails to construct, nam
   CHECK_THROWS_WITH(simulated_device(loop, test_table(), {.compile_slots = 0}),
                     "sim_params.compile_slots: must be >= 1");
   CHECK_THROWS_WITH(simulated_device(loop, test_table(), {.profile = profile_params{.min_samples = 1}}),
-                    "profile_params.min_samples: must be >= 2 (a spread needs two samples)");
+                    "profile_params.min_samples: must be an integer in [2, 10000], got 1");
 }
 
 // ---- compile ---------------------------------------------------------------------
@@ -592,3 +595,41 @@ TEST_CASE("with unknown kernels rejected, submitting one throws") {
   CHECK_THROWS_AS(dev.submit(job(1, stage::compile, "missing"), [](eval_outcome) {}), std::out_of_range);
   CHECK(dev.queued_compiles() == 0);
 }
+
+// ---- hostile and careless tables -----------------------------------------------------------
+
+TEST_CASE("cost-table times and sample counts are read within physical ranges") {
+  auto error_of = [](const std::string& kernel, const std::string& profile = "{}") {
+    auto t = parse_cost_table(nlohmann::json::parse(R"({"format": "specgen-cost-table/1", "kernels": [{"key": "0123456789abcdef",
+        "task": "t", "verdict": "ok", )" + kernel + "}], \"profile\": " + profile + "}"), "t.json");
+    REQUIRE_FALSE(t);
+    return t.error().message;
+  };
+  // 1e-300 us would report a speedup of 1e302.
+  CHECK(error_of(R"("runtime_us": 1e-300, "baseline_us": 1)") ==
+        "t.json: /kernels/0/runtime_us: must be a number in [0.001, 100000000], or 0 for not measured, got 1e-300");
+  CHECK_THAT(error_of(R"("runtime_us": 1, "baseline_us": 1e300)"), Catch::Contains("/kernels/0/baseline_us"));
+  CHECK_THAT(error_of(R"("runtime_us": 1, "baseline_us": 1, "compile_s": 1e30)"), Catch::Contains("/kernels/0/compile_s"));
+  CHECK_THAT(error_of(R"("runtime_us": 1, "baseline_us": 1, "noise": 1e300)"), Catch::Contains("/kernels/0/noise"));
+  // 2e9 samples would hang the simulated profiler, or exhaust its memory.
+  CHECK(error_of(R"("runtime_us": 1, "baseline_us": 1)", R"({"max_samples": 2000000000})") ==
+        "t.json: /profile/max_samples: must be an integer in [2, 10000], got 2000000000");
+  CHECK_THAT(error_of(R"("runtime_us": 1, "baseline_us": 1)", R"({"warmup": 2147483647})"), Catch::Contains("/profile/warmup"));
+  event_loop<virtual_clock> loop;
+  CHECK_THROWS_AS(simulated_device(loop, cost_table{}, {.profile = profile_params{.max_samples = 2'000'000'000}}),
+                  std::invalid_argument);
+}
+
+TEST_CASE("a cost table that is a FIFO or a directory is an error value at once") {
+  const auto dir = std::filesystem::temp_directory_path() / ("specgen_sim_test_fifo_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  REQUIRE(::mkfifo((dir / "t.json").c_str(), 0600) == 0);
+  auto fifo = load_cost_table(dir / "t.json");
+  auto directory = load_cost_table(dir);
+  std::filesystem::remove_all(dir);
+  REQUIRE_FALSE(fifo);
+  CHECK_THAT(fifo.error().message, Catch::Contains("FIFO") && Catch::Contains("not a regular file"));
+  REQUIRE_FALSE(directory);
+  CHECK_THAT(directory.error().message, Catch::Contains("a directory"));
+}
+

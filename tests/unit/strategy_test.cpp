@@ -98,7 +98,7 @@ TEST_CASE("strategies come from JSON, and mistakes are named") {
   CHECK_THAT(make_strategy(nlohmann::json::parse(R"({"parallel": {"seed": 2}})")).error().message,
              Catch::Contains("unknown parameter 'seed'"));
   CHECK_THAT(make_strategy(nlohmann::json::parse(R"({"evolve": {"lanes": 0}})")).error().message,
-             Catch::Contains("'lanes' must be an integer >= 1"));
+             Catch::Contains("strategy evolve.lanes: must be an integer in [1, 256], got 0"));
 }
 
 TEST_CASE("feedback says what went wrong in terms a model can act on") {
@@ -128,3 +128,12 @@ TEST_CASE("feedback says what went wrong in terms a model can act on") {
   candidate_record cancelled{.cand = wrong.cand, .eval = std::nullopt, .cancelled = true};
   CHECK_THAT(render_feedback(cancelled), Catch::Contains("superseded"));
 }
+
+TEST_CASE("strategy sizes are read within ranges, and out-of-range params in code are a programming error") {
+  for (const char* text : {R"({"parallel": {"seeds": 1000000}})", R"({"evolve": {"lanes": 2147483647}})",
+                           R"({"evolve": {"population": 1000000000}})", R"({"evolve": {"tournament": 1000000}})",
+                           R"({"evolve": {"inspirations": 1000}})"})
+    CHECK_FALSE(make_strategy(nlohmann::json::parse(text)));
+  CHECK_THROWS_AS(any_strategy(parallel_seeds{{.seeds = 1'000'000, .prompt = {}}}), std::invalid_argument);
+}
+

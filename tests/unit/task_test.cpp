@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -129,7 +131,7 @@ TEST_CASE("a suite rejects two files defining the same task") {
   REQUIRE_FALSE(suite);
   CHECK(suite.error().file == (dir.path / "b.json").string());
   CHECK(suite.error().field == "/name");
-  CHECK(suite.error().message == "task 'scale' is also defined in " + (dir.path / "a.json").string());
+  CHECK_THAT(suite.error().message, Catch::StartsWith("task 'scale' is also defined in " + (dir.path / "a.json").string()));
 }
 
 TEST_CASE("an empty directory is not a suite") {
@@ -329,3 +331,71 @@ TEST_CASE("a task built in code is checked by validate_task with the same messag
   REQUIRE_FALSE(ok);
   CHECK(ok.error().what() == "<task>: /outputs/0/tolerance/abs: must be finite and non-negative, got -1");
 }
+
+// ---- hostile and careless files ---------------------------------------------------------
+
+TEST_CASE("a task file that is a FIFO is refused at once instead of blocking") {
+  temp_dir dir;
+  REQUIRE(::mkfifo((dir.path / "t.json").c_str(), 0600) == 0);
+  auto t = load_task(dir.path / "t.json");
+  REQUIRE_FALSE(t);
+  CHECK_THAT(t.error().message, Catch::Contains("FIFO") && Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("a source_file that is a FIFO, a device or a directory is an error at /reference/source_file") {
+  temp_dir dir;
+  REQUIRE(::mkfifo((dir.path / "k.cu").c_str(), 0600) == 0);
+  fs::create_directories(dir.path / "src.cu");
+  for (const auto& [source, what] : {std::pair{"k.cu", "FIFO"}, std::pair{"/dev/zero", "character device"},
+                                     std::pair{"src.cu", "directory"}}) {
+    json j = minimal();
+    j["reference"].erase("source");
+    j["reference"]["source_file"] = source;
+    dir.write("t.json", j.dump());
+    auto t = load_task(dir.path / "t.json");
+    REQUIRE_FALSE(t);
+    CHECK(t.error().field == "/reference/source_file");
+    CHECK_THAT(t.error().message, Catch::Contains(what) && Catch::Contains("not a regular file"));
+  }
+}
+
+TEST_CASE("a source_file over 4 MiB is refused with the limit in the message") {
+  temp_dir dir;
+  dir.write("big.cu", std::string((4u << 20) + 1, ' '));
+  json j = minimal();
+  j["reference"].erase("source");
+  j["reference"]["source_file"] = "big.cu";
+  dir.write("t.json", j.dump());
+  auto t = load_task(dir.path / "t.json");
+  REQUIRE_FALSE(t);
+  CHECK(t.error().field == "/reference/source_file");
+  CHECK_THAT(t.error().message, Catch::Contains("over the limit of 4.0 MiB"));
+}
+
+TEST_CASE("a number too large for a double is an error value, not an exception") {
+  temp_dir dir;
+  json j = minimal();
+  dir.write("t.json", j.dump().replace(j.dump().find("1024"), 4, "1e999"));
+  auto t = load_task(dir.path / "t.json");
+  REQUIRE_FALSE(t);
+  CHECK_THAT(t.error().message, Catch::Contains("not valid JSON") && Catch::Contains("1e999"));
+}
+
+TEST_CASE("a task file nested hundreds of thousands deep is an error value naming the depth limit") {
+  temp_dir dir;
+  dir.write("t.json", std::string(200'000, '[') + std::string(200'000, ']'));
+  auto t = load_task(dir.path / "t.json");
+  REQUIRE_FALSE(t);
+  CHECK_THAT(t.error().message, Catch::Contains("nested more than 64 levels"));
+}
+
+TEST_CASE("a suite directory holding a FIFO named *.json says so instead of blocking") {
+  temp_dir dir;
+  dir.write("a.json", minimal().dump());
+  REQUIRE(::mkfifo((dir.path / "b.json").c_str(), 0600) == 0);
+  auto suite = load_suite(dir.path);
+  REQUIRE_FALSE(suite);
+  CHECK(suite.error().file == (dir.path / "b.json").string());
+  CHECK_THAT(suite.error().message, Catch::Contains("FIFO"));
+}
+

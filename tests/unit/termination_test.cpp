@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <vector>
 
 using namespace specgen;
@@ -103,12 +104,36 @@ TEST_CASE("make_termination rejects bad configs with messages that say what to f
   };
   using Catch::Matchers::Contains;
   CHECK_THAT(message(R"("beats_men")"), Contains("unknown kind 'beats_men'") && Contains("beats_mean"));
-  CHECK_THAT(message(R"({"reaches_target": {"target": -1}})"), Contains("target must be a positive number"));
+  CHECK_THAT(message(R"({"reaches_target": {"target": -1}})"),
+             Contains("reaches_target.target: must be a number in [0.001, 1000], got -1"));
   CHECK_THAT(message(R"({"reaches_target": {"goal": 2}})"), Contains("unknown parameter 'goal'") && Contains("target"));
   CHECK_THAT(message(R"({"beats_mean": {"empty_threshold": "one"}})"), Contains("empty_threshold") && Contains("number"));
-  CHECK_THAT(message(R"({"beats_mean": {"min_gain": -0.01}})"), Contains("min_gain must be a finite fraction >= 0"));
+  CHECK_THAT(message(R"({"beats_mean": {"min_gain": -0.01}})"), Contains("beats_mean.min_gain: must be a number in [0, 10]"));
   CHECK_THAT(message(R"({"best_so_far": {"min_gain": -1}})"), Contains("min_gain"));
   CHECK_THAT(message(R"({"first_valid": {"x": 1}})"), Contains("unknown parameter 'x'"));
   CHECK_THAT(message(R"({"any_of": []})"), Contains("non-empty array"));
   CHECK_THAT(message(R"({"any_of": ["never", "nope"]})"), Contains("any_of[1]"));
 }
+
+TEST_CASE("a termination config nests any_of at most 16 deep, and a deeper one is refused at once with the limit") {
+  auto nested = [](int depth) {
+    nlohmann::json j = "never";
+    for (int i = 0; i < depth; ++i) j = nlohmann::json{{"any_of", nlohmann::json::array({std::move(j), "beats_mean"})}};
+    return j;
+  };
+  CHECK(make_termination(nested(16)));
+  for (int depth : {17, 100'000}) {
+    const auto t = make_termination(nested(depth));
+    REQUIRE_FALSE(t);
+    CHECK_THAT(t.error().message, Catch::Contains("nested more than 16 levels"));
+  }
+}
+
+TEST_CASE("termination thresholds are speedups within [0, 1000] and margins within [0, 10]") {
+  for (const char* text : {R"({"reaches_target": {"target": 1e308}})", R"({"beats_mean": {"empty_threshold": -2}})",
+                           R"({"best_so_far": {"min_gain": 1e300}})"})
+    CHECK_FALSE(make_termination(nlohmann::json::parse(text)));
+  CHECK(make_termination(nlohmann::json::parse(R"({"reaches_target": {"target": 1000}})")));
+  CHECK_THROWS_AS(any_termination(termination::reaches_target{.target = std::nan("")}), std::invalid_argument);
+}
+

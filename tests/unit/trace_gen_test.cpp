@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -382,3 +384,44 @@ TEST_CASE("corpus_params round-trip through JSON") {
   CHECK(nlohmann::json(p).get<corpus_params>() == p);
   CHECK_THROWS_AS(generate_corpus({.families = {"fft"}}, 0), std::invalid_argument);
 }
+
+// ---- hostile and careless corpora ---------------------------------------------------------
+
+TEST_CASE("a corpus with two task files of the same task name is refused, naming both files") {
+  const corpus c = generate_corpus({.tasks = 1, .rounds = 1, .lanes = 1}, 5);
+  const auto dir = std::filesystem::temp_directory_path() / "specgen_trace_gen_test_dup";
+  std::filesystem::remove_all(dir);
+  REQUIRE(write_corpus(c, dir));
+  const auto original = dir / "tasks" / (c.tasks[0].name + ".json");
+  const auto copy = dir / "tasks" / "zz_copy.json";
+  std::filesystem::copy_file(original, copy);
+  auto back = load_corpus(dir);
+  std::filesystem::remove_all(dir);
+  REQUIRE_FALSE(back);
+  CHECK(back.error().file == copy.string());
+  CHECK(back.error().pointer == "/name");
+  CHECK_THAT(back.error().message,
+             Catch::Contains("task '" + c.tasks[0].name + "' is also defined in " + original.string()));
+}
+
+TEST_CASE("a corpus whose cost table is a FIFO is an error value at once") {
+  const corpus c = generate_corpus({.tasks = 1, .rounds = 1, .lanes = 1}, 5);
+  const auto dir = std::filesystem::temp_directory_path() / "specgen_trace_gen_test_fifo";
+  std::filesystem::remove_all(dir);
+  REQUIRE(write_corpus(c, dir));
+  std::filesystem::remove(dir / "cost_table.json");
+  REQUIRE(::mkfifo((dir / "cost_table.json").c_str(), 0600) == 0);
+  auto back = load_corpus(dir);
+  std::filesystem::remove_all(dir);
+  REQUIRE_FALSE(back);
+  CHECK_THAT(back.error().message, Catch::Contains("FIFO"));
+}
+
+TEST_CASE("corpus sizes are within ranges, so a generated corpus cannot exhaust memory") {
+  CHECK_THROWS_WITH(generate_corpus({.tasks = 1'000'000}, 0), Catch::Contains("corpus_params: tasks must be an integer in [1, 10000]"));
+  CHECK_THROWS_WITH(generate_corpus({.samples_per_fork = 2'000'000'000}, 0), Catch::Contains("samples_per_fork"));
+  CHECK_THROWS_WITH(generate_corpus({.tasks = 100, .rounds = 1000, .lanes = 2}, 0), Catch::Contains("200000 traces; at most 100000"));
+  CHECK_THROWS_WITH(generate_corpus({.max_reasoning_tokens = 4'000'000'000}, 0), Catch::Contains("max_reasoning_tokens"));
+  CHECK_THROWS_AS(nlohmann::json::parse(R"({"lanes": 1000000})").get<corpus_params>(), std::invalid_argument);
+}
+

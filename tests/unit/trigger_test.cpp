@@ -396,12 +396,13 @@ TEST_CASE("make_trigger rejects bad configs with messages that say what to fix")
   using Catch::Matchers::Contains;
   CHECK_THAT(message(R"({"fence_close": {}})"), Contains("unknown kind 'fence_close'") && Contains("fence_closed"));
   CHECK_THAT(message(R"({"fence_closed": {"sample": 2}})"), Contains("unknown parameter 'sample'") && Contains("samples"));
-  CHECK_THAT(message(R"({"fence_closed": {"samples": 0}})"), Contains("samples must be >= 1"));
+  CHECK_THAT(message(R"({"fence_closed": {"samples": 0}})"), Contains("fence_closed.samples: must be an integer in [1, 64], got 0"));
   CHECK_THAT(message(R"({"fence_closed": {"samples": "two"}})"), Contains("fence_closed.samples") && Contains("integer"));
   CHECK_THAT(message(R"({"design_decision": {"phrases": []}})"), Contains("phrases must not be empty"));
   CHECK_THAT(message(R"({"any_of": {"never": {}}})"), Contains("non-empty array"));
   CHECK_THAT(message(R"({"any_of": [{"never": {}}, {"bogus": {}}]})"), Contains("any_of[1]") && Contains("bogus"));
-  CHECK_THAT(message(R"({"never": {}, "gate": {"max_forks_in_flight": -1}})"), Contains("max_forks_in_flight must be >= 0"));
+  CHECK_THAT(message(R"({"never": {}, "gate": {"max_forks_in_flight": -1}})"),
+             Contains("gate.max_forks_in_flight: must be an integer in [0, 2147483647], got -1"));
   CHECK_THAT(message(R"({"never": {}, "fence_closed": {}})"), Contains("both"));
   CHECK_THAT(message(R"(42)"), Contains("expected a name or an object"));
   CHECK_THAT(message(R"({"never": {"x": 1}})"), Contains("takes no parameters"));
@@ -449,3 +450,54 @@ TEST_CASE("idle_resources backs off after barren forks and returns to its spacin
   CHECK_FALSE(make_trigger(nlohmann::json::parse(R"({"idle_resources": {"max_backoff": -1}})")));
   CHECK_FALSE(make_trigger(nlohmann::json::parse(R"({"idle_resources": {"max_backoff": 40}})")));
 }
+
+// ---- hostile and careless configs ------------------------------------------------------------
+
+namespace {
+/// `{"any_of": [{"any_of": [ ... {"never": {}} ... ]}]}`, `depth` levels of any_of.
+nlohmann::json nested_any_of(int depth) {
+  nlohmann::json j = "never";
+  for (int i = 0; i < depth; ++i) j = nlohmann::json{{"any_of", nlohmann::json::array({std::move(j)})}};
+  return j;
+}
+}  // namespace
+
+TEST_CASE("a trigger config nests any_of at most 16 deep, and a deeper one is refused at once with the limit") {
+  CHECK(make_trigger(nested_any_of(16)));
+  for (int depth : {17, 100'000}) {
+    const auto t = make_trigger(nested_any_of(depth));
+    REQUIRE_FALSE(t);
+    CHECK_THAT(t.error().message, Catch::Contains("nested more than 16 levels") && Catch::Contains("flatten"));
+  }
+}
+
+TEST_CASE("K, token counts and waits of triggers are read within their ranges") {
+  using Catch::Matchers::Contains;
+  auto message = [](const char* text) {
+    auto t = make_trigger(nlohmann::json::parse(text));
+    REQUIRE_FALSE(t);
+    return t.error().message;
+  };
+  CHECK(make_trigger(nlohmann::json::parse(R"({"fence_closed": {"samples": 64}})")));
+  CHECK_THAT(message(R"({"fence_closed": {"samples": 1000000}})"), Contains("[1, 64]") && Contains("1000000"));
+  CHECK_THAT(message(R"({"function_body_complete": {"samples": 2147483647}})"), Contains("[1, 64]"));
+  CHECK_THAT(message(R"({"idle_resources": {"samples": 4294967296}})"), Contains("idle_resources.samples"));
+  CHECK_THAT(message(R"({"token_interval": {"every_tokens": 18446744073709551615}})"), Contains("[1, 1000000]"));
+  CHECK_THAT(message(R"({"design_decision": {"max_wait_chars": 2147483647}})"), Contains("[0, 100000]"));
+  CHECK_THAT(message(R"({"never": {}, "gate": {"min_gap_tokens": 1e30}})"), Contains("gate.min_gap_tokens"));
+  CHECK_THROWS_AS(triggers::fence_closed({.samples = 1'000'000}), std::invalid_argument);
+}
+
+TEST_CASE("an empty phrase or language is refused: it would match nothing, or everything") {
+  using Catch::Matchers::Contains;
+  for (const char* text : {R"({"design_decision": {"phrases": [""]}})", R"({"implementation_hint": {"phrases": ["Let me", "  "]}})",
+                           R"({"fence_closed": {"languages": ["cuda", ""]}})"}) {
+    const auto t = make_trigger(nlohmann::json::parse(text));
+    REQUIRE_FALSE(t);
+    CHECK_THAT(t.error().message, Contains("is empty"));
+  }
+  const auto long_phrase = make_trigger(nlohmann::json{{"design_decision", {{"phrases", {std::string(300, 'a')}}}}});
+  REQUIRE_FALSE(long_phrase);
+  CHECK_THAT(long_phrase.error().message, Contains("at most 256"));
+}
+

@@ -11,23 +11,31 @@
 ///     int samples = 2;
 ///     std::vector<std::string> languages{"cuda"};
 ///     template <class Self, class F> static void fields(Self& s, F&& f) {
-///       f("samples", s.samples);
+///       f("samples", s.samples, specgen::detail::in(1, specgen::limits::max_fork_samples));
 ///       f("languages", s.languages);
 ///     }
-///     [[nodiscard]] std::string invalid() const { return samples < 1 ? "samples must be >= 1" : ""; }
+///     [[nodiscard]] std::string invalid() const { return languages.empty() ? "languages must not be empty" : ""; }
 ///     friend bool operator==(const params&, const params&) = default;
 ///   };
 ///   auto p = specgen::detail::read_fields<params>(j, "fence_closed");  // expected<params, error>
 /// @endcode
 ///
-/// Used by trigger.hpp, termination.hpp and kv.hpp. Everything here is an
-/// implementation detail of those headers.
+/// A number read without a declared range must fit its type (and be finite);
+/// declare a range for every number a user gives, so that a value no run can
+/// use is refused where it is read (limits.hpp has the shared limits).
+///
+/// Used by the policy headers, modes.hpp and the generator's corpus_params.
+/// Everything here is an implementation detail of those headers.
+#include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/json_fields.hpp>
+#include <specgen/detail/limits.hpp>
 #include <specgen/expected.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <limits>
@@ -42,15 +50,56 @@ SPECGEN_BEGIN_NAMESPACE
 
 namespace detail {
 
-/// An aggregate that lists its fields through `P::fields(p, f)`.
+/// An aggregate that lists its fields through `P::fields(p, f)`. Each field is
+/// `f("key", p.member)`, or `f("key", p.member, range)` for a number that must
+/// lie in a `range` (limits.hpp): a `duration` is written and read in seconds,
+/// so its range is a `range<double>` of seconds.
 template <class P>
-concept has_fields = requires(P& p) { P::fields(p, [](const char*, auto&) {}); };
+concept has_fields = requires(P& p) { P::fields(p, [](const char*, auto&, auto&&...) {}); };
 
-/// The aggregate's own range checks: "" when valid, else what is wrong.
+/// An enum written by name: `names_of(value)` (found by ADL) is its names,
+/// indexed by the enum's values.
+template <class T>
+concept named_enum = std::is_enum_v<T> && requires(T t) {
+  { names_of(t).size() } -> std::convertible_to<std::size_t>;
+};
+
+template <class T>
+std::string field_problem(const T& v, const char* key);
+
+/// The aggregate's own checks: the range of every field, then `invalid()`
+/// (constraints between fields). "" when valid, else what is wrong.
 template <class P>
 std::string invalid_reason(const P& p) {
+  std::string why;
+  if constexpr (has_fields<P>)
+    P::fields(p, [&](const char* key, const auto& v, const auto&... r) {
+      if (!why.empty()) return;
+      if constexpr (sizeof...(r) == 1) {
+        if constexpr (std::same_as<std::remove_cvref_t<decltype(v)>, duration>) why = range_problem(to_seconds(v), r...);
+        else why = range_problem(v, r...);
+        if (!why.empty()) why = fmt::format("{} {}", key, why);
+      } else {
+        why = field_problem(v, key);
+      }
+    });
+  if (!why.empty()) return why;
   if constexpr (requires { { p.invalid() } -> std::convertible_to<std::string>; }) return p.invalid();
   else return {};
+}
+
+/// The check of a field declared without a range: a nested aggregate's own
+/// checks, and finiteness for a floating-point number.
+template <class T>
+std::string field_problem(const T& v, const char* key) {
+  if constexpr (has_fields<T>) {
+    auto why = invalid_reason(v);
+    return why.empty() ? why : fmt::format("{}: {}", key, why);
+  } else if constexpr (std::floating_point<T>) {
+    return std::isfinite(v) ? std::string{} : fmt::format("{} must be a finite number, got {}", key, v);
+  } else {
+    return {};
+  }
 }
 
 /// Constructors call this: invalid parameters in code are a programming error.
@@ -66,60 +115,83 @@ nlohmann::json write_fields(const P& p);
 template <class T>
 nlohmann::json field_json(const T& v) {
   if constexpr (has_fields<T>) return write_fields(v);
+  else if constexpr (std::same_as<T, duration>) return to_seconds(v);
+  else if constexpr (named_enum<T>) return std::string(names_of(v)[static_cast<std::size_t>(v)]);
   else return nlohmann::json(v);
 }
 
 template <has_fields P>
 nlohmann::json write_fields(const P& p) {
   nlohmann::json j = nlohmann::json::object();
-  P::fields(p, [&](const char* key, const auto& v) { j[key] = field_json(v); });
+  P::fields(p, [&](const char* key, const auto& v, const auto&...) { j[key] = field_json(v); });
   return j;
 }
 
 template <has_fields P>
 expected<P, error> read_fields(const nlohmann::json& j, const std::string& what, P p = P{});
 
-/// Reads one field value; returns "" or the problem (without the field's name).
-template <class T>
-std::string read_value(const nlohmann::json& j, T& out, const std::string& where) {
+/// "must be <what is accepted>, got <the value>", for a field at `where`.
+inline std::string must_be(const std::string& where, std::string_view want, const nlohmann::json& got) {
+  return fmt::format("{}: must be {}, got {}", where, want, shown(got));
+}
+
+/// Reads one field value, checking it against `r` when the field declares a
+/// range; returns "" or the problem (naming the field).
+template <class T, class... R>
+std::string read_value(const nlohmann::json& j, T& out, const std::string& where, const R&... r) {
+  static_assert(sizeof...(R) <= 1);
   if constexpr (has_fields<T>) {
-    auto r = read_fields<T>(j, where, out);
-    if (!r) return r.error().message;
-    out = std::move(*r);
+    auto got = read_fields<T>(j, where, out);
+    if (!got) return got.error().message;
+    out = std::move(*got);
     return {};
   } else if constexpr (std::same_as<T, bool>) {
-    if (!j.is_boolean()) return fmt::format("{}: must be true or false, got {}", where, j.dump());
+    if (!j.is_boolean()) return must_be(where, "true or false", j);
     out = j.get<bool>();
     return {};
-  } else if constexpr (std::integral<T>) {
-    const bool fits = j.is_number_unsigned()  ? j.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<T>::max())
-                      : j.is_number_integer() ? (std::is_signed_v<T> && j.get<std::int64_t>() >= std::int64_t(std::numeric_limits<T>::min()) &&
-                                                 j.get<std::int64_t>() <= std::int64_t(std::numeric_limits<T>::max()))
-                                              : false;
-    if (!fits)
-      return fmt::format("{}: must be an integer in [{}, {}], got {}", where, std::numeric_limits<T>::min(),
-                         std::numeric_limits<T>::max(), j.dump());
-    out = j.get<T>();
+  } else if constexpr (std::same_as<T, duration>) {
+    const range<double> checked = [&] {  // the declared range, else [0, max_seconds]
+      if constexpr (sizeof...(R) == 1) return range<double>(r...);
+      else return limits::seconds;
+    }();
+    double s = 0;
+    if (!number_value(j, s) || !checked.contains(s)) return must_be(where, checked.describe() + " (seconds)", j);
+    out = seconds(s);
     return {};
-  } else if constexpr (std::floating_point<T>) {
-    if (!j.is_number()) return fmt::format("{}: must be a number, got {}", where, j.dump());
-    out = j.get<T>();
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    const range<T> checked = [&] {
+      if constexpr (sizeof...(R) == 1) return range<T>(r...);
+      else return any_value<T>();
+    }();
+    T value{};
+    if (!number_value(j, value)) return must_be(where, checked.describe(), j);
+    if (!checked.contains(value)) return must_be(where, checked.describe(), j);
+    out = value;
     return {};
+  } else if constexpr (named_enum<T>) {
+    const auto& names = names_of(out);
+    if (j.is_string())
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (names[i] == j.get_ref<const std::string&>()) {
+          out = static_cast<T>(i);
+          return {};
+        }
+    return must_be(where, fmt::format("one of \"{}\"", fmt::join(names, "\", \"")), j);
   } else if constexpr (std::same_as<T, std::string>) {
-    if (!j.is_string()) return fmt::format("{}: must be a string, got {}", where, j.dump());
+    if (!j.is_string()) return must_be(where, "a string", j);
     out = j.get<std::string>();
     return {};
   } else if constexpr (std::same_as<T, std::vector<std::string>>) {
-    if (!j.is_array()) return fmt::format("{}: must be an array of strings, got {}", where, j.dump());
+    if (!j.is_array()) return must_be(where, "an array of strings", j);
     std::vector<std::string> v;
     for (const auto& e : j) {
-      if (!e.is_string()) return fmt::format("{}: must be an array of strings, got element {}", where, e.dump());
+      if (!e.is_string()) return fmt::format("{}: must be an array of strings, got element {}", where, shown(e));
       v.push_back(e.get<std::string>());
     }
     out = std::move(v);
     return {};
   } else if constexpr (std::same_as<T, nlohmann::json>) {
-    if (!j.is_object()) return fmt::format("{}: must be an object, got {}", where, j.dump());
+    if (!j.is_object()) return must_be(where, "an object", j);
     out = j;
     return {};
   } else {
@@ -128,18 +200,19 @@ std::string read_value(const nlohmann::json& j, T& out, const std::string& where
 }
 
 /// Reads `j` over a copy of `p` (absent keys keep their values), rejecting
-/// unknown keys, then checks `p.invalid()`. `null` means "all defaults".
+/// unknown keys and values outside their fields' ranges, then checks `p`
+/// (`invalid_reason`). `null` means "all defaults".
 template <has_fields P>
 expected<P, error> read_fields(const nlohmann::json& j, const std::string& what, P p) {
   if (j.is_null()) return p;
   if (!j.is_object())
-    return unexpected(error{fmt::format("{}: parameters must be an object, got {}", what, j.dump())});
+    return unexpected(error{fmt::format("{}: parameters must be an object, got {}", what, shown(j))});
   std::vector<std::string> known;
   std::string problem;
-  P::fields(p, [&](const char* key, auto& v) {
+  P::fields(p, [&](const char* key, auto& v, const auto&... r) {
     known.emplace_back(key);
     if (!problem.empty()) return;
-    if (auto it = j.find(key); it != j.end()) problem = read_value(*it, v, fmt::format("{}.{}", what, key));
+    if (auto it = j.find(key); it != j.end()) problem = read_value(*it, v, fmt::format("{}.{}", what, key), r...);
   });
   if (!problem.empty()) return unexpected(error{problem});
   for (const auto& [key, value] : j.items()) {
@@ -156,13 +229,20 @@ expected<P, error> read_fields(const nlohmann::json& j, const std::string& what,
 /// an optional sibling `"gate"`). Splits it into the name and the params body.
 struct policy_config {
   std::string kind;
-  nlohmann::json body;  ///< null when the config was a bare name
+  /// The params, inside the config (no copy: a config may be large or deep);
+  /// a null JSON value when the config was a bare name.
+  const nlohmann::json* body = &null_json();
+
+  static const nlohmann::json& null_json() {
+    static const nlohmann::json null;
+    return null;
+  }
 };
 
 inline expected<policy_config, error> split_config(const nlohmann::json& j, std::string_view what,
                                                    std::string_view known,
                                                    std::initializer_list<std::string_view> extra_keys = {}) {
-  if (j.is_string()) return policy_config{j.get<std::string>(), nullptr};
+  if (j.is_string()) return policy_config{j.get<std::string>(), &policy_config::null_json()};
   if (j.is_object()) {
     policy_config out;
     for (const auto& [key, value] : j.items()) {
@@ -173,12 +253,23 @@ inline expected<policy_config, error> split_config(const nlohmann::json& j, std:
         return unexpected(error{fmt::format("{}: a config names one {} kind, got both '{}' and '{}' (known: {})", what,
                                             what, out.kind, key, known)});
       out.kind = key;
-      out.body = value;
+      out.body = &value;
     }
     if (!out.kind.empty()) return out;
   }
   return unexpected(error{fmt::format("{}: expected a name or an object {{\"<kind>\": {{...}}}} with a kind from: {}; got {}",
-                                      what, known, j.dump())});
+                                      what, known, shown(j))});
+}
+
+/// Refuses the `levels`-th nested `any_of` of a config when that is more than
+/// limits::max_policy_depth. Building one recurses once per level, and so
+/// would copying, running and destroying the policy; a config nested 100,000
+/// deep would overflow the stack.
+inline expected<void, error> check_policy_depth(int levels, std::string_view what) {
+  if (levels <= limits::max_policy_depth) return {};
+  return unexpected(error{fmt::format("{}: any_of is nested more than {} levels deep; flatten the nested any_of lists "
+                                      "into one (any_of of any_of is the same as one any_of of all the members)",
+                                      what, limits::max_policy_depth)});
 }
 
 }  // namespace detail

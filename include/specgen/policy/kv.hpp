@@ -69,17 +69,21 @@ struct kv_model {
   [[nodiscard]] constexpr std::uint64_t bytes_per_block() const noexcept {
     return bytes_per_token() * std::uint64_t(block_tokens);
   }
+  /// The largest block: a store moves and checksums whole blocks.
+  static constexpr std::uint64_t max_block_bytes = 1ull << 30;
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
-    f("layers", s.layers);
-    f("kv_heads", s.kv_heads);
-    f("head_dim", s.head_dim);
-    f("dtype_bytes", s.dtype_bytes);
-    f("block_tokens", s.block_tokens);
+    f("layers", s.layers, detail::in(1, 1024));
+    f("kv_heads", s.kv_heads, detail::in(1, 1024));
+    f("head_dim", s.head_dim, detail::in(1, 1024));
+    f("dtype_bytes", s.dtype_bytes, detail::in(1, 8));
+    f("block_tokens", s.block_tokens, detail::in(1, 1024));
   }
   [[nodiscard]] std::string invalid() const {
-    if (layers < 1 || kv_heads < 1 || head_dim < 1 || dtype_bytes < 1 || block_tokens < 1)
-      return "layers, kv_heads, head_dim, dtype_bytes and block_tokens must all be >= 1";
+    if (bytes_per_block() > max_block_bytes)
+      return fmt::format("a block of {} bytes (2 x layers x kv_heads x head_dim x dtype_bytes x block_tokens) is over "
+                         "the limit of {} bytes; use fewer block_tokens",
+                         bytes_per_block(), max_block_bytes);
     return {};
   }
   friend bool operator==(const kv_model&, const kv_model&) = default;
@@ -307,6 +311,9 @@ struct no_kv {
 
 namespace detail {
 
+/// The largest store: 1 PiB, beyond any machine's memory.
+inline constexpr std::uint64_t max_capacity_bytes = 1ull << 50;
+
 /// Parameters of a store whose fetch time is modelled as one batched transfer.
 template <class Tier>
 struct tier_params {
@@ -317,15 +324,9 @@ struct tier_params {
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
     f("model", s.model);
-    f("capacity_bytes", s.capacity_bytes);
-    f("bandwidth_gbps", s.bandwidth_gbps);
-    f("latency_us", s.latency_us);
-  }
-  [[nodiscard]] std::string invalid() const {
-    if (auto m = model.invalid(); !m.empty()) return "model: " + m;
-    if (!(bandwidth_gbps > 0)) return fmt::format("bandwidth_gbps must be > 0, got {}", bandwidth_gbps);
-    if (!(latency_us >= 0)) return fmt::format("latency_us must be >= 0, got {}", latency_us);
-    return {};
+    f("capacity_bytes", s.capacity_bytes, detail::in<std::uint64_t>(0, max_capacity_bytes));
+    f("bandwidth_gbps", s.bandwidth_gbps, detail::in(1e-3, 1e5));
+    f("latency_us", s.latency_us, detail::in(0.0, 1e6));
   }
   /// latency + bytes / bandwidth: the blocks travel as one batched copy.
   [[nodiscard]] duration fetch_time(std::uint64_t bytes) const {
@@ -573,10 +574,6 @@ class backed_kv {
     static void fields(Self& s, F&& f) {
       f("model", s.model);
     }
-    [[nodiscard]] std::string invalid() const {
-      auto m = model.invalid();
-      return m.empty() ? m : "model: " + m;
-    }
     friend bool operator==(const params&, const params&) = default;
     friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
@@ -749,11 +746,8 @@ struct backed_kv_config {
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
     f("model", s.model);
-    f("capacity_bytes", s.capacity_bytes);
-  }
-  [[nodiscard]] std::string invalid() const {
-    auto m = model.invalid();
-    return m.empty() ? m : "model: " + m;
+    // Real bytes in host memory: at most 1 TiB.
+    f("capacity_bytes", s.capacity_bytes, in<std::uint64_t>(0, 1ull << 40));
   }
 };
 
@@ -776,14 +770,14 @@ inline expected<any_kv, error> make_kv(const nlohmann::json& j) {
   if (!cfg) return unexpected(cfg.error());
   const std::string what = "kv " + cfg->kind;
   if (cfg->kind == "no_kv") {
-    if (!cfg->body.is_null() && !(cfg->body.is_object() && cfg->body.empty()))
-      return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, cfg->body.dump())});
+    if (!cfg->body->is_null() && !(cfg->body->is_object() && cfg->body->empty()))
+      return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, detail::shown(*cfg->body))});
     return any_kv(no_kv{});
   }
-  if (cfg->kind == "host_kv") return detail::make_modelled_kv<host_kv>(cfg->body, what);
-  if (cfg->kind == "remote_gpu_kv") return detail::make_modelled_kv<remote_gpu_kv>(cfg->body, what);
+  if (cfg->kind == "host_kv") return detail::make_modelled_kv<host_kv>(*cfg->body, what);
+  if (cfg->kind == "remote_gpu_kv") return detail::make_modelled_kv<remote_gpu_kv>(*cfg->body, what);
   if (cfg->kind == "backed_kv") {
-    auto c = detail::read_fields<detail::backed_kv_config>(cfg->body, what);
+    auto c = detail::read_fields<detail::backed_kv_config>(*cfg->body, what);
     if (!c) return unexpected(c.error());
     return any_kv(backed_kv({.model = c->model},
                             std::make_unique<host_backing>(c->capacity_bytes, c->model.bytes_per_block())));

@@ -20,6 +20,7 @@
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
+#include <specgen/policy/fields.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,8 @@ inline constexpr std::array<std::string_view, 2> queue_order_names{"fifo", "lifo
 constexpr std::string_view to_string(queue_order o) noexcept {
   return queue_order_names[static_cast<std::size_t>(o)];
 }
+/// The names the policies' JSON uses (see policy/fields.hpp, named_enum).
+constexpr const auto& names_of(queue_order) noexcept { return queue_order_names; }
 constexpr std::optional<queue_order> parse_queue_order(std::string_view s) noexcept {
   for (std::size_t i = 0; i < queue_order_names.size(); ++i)
     if (queue_order_names[i] == s) return static_cast<queue_order>(i);
@@ -99,6 +102,11 @@ struct static_split {
   [[nodiscard]] queue_order validation_order() const noexcept { return validation; }
   [[nodiscard]] duration rebalance_interval() const noexcept { return duration{0}; }
   [[nodiscard]] std::string name() const { return "static_split"; }
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("validation_fraction", s.validation_fraction, detail::in(0.0, 1.0));
+    f("validation", s.validation);
+  }
   friend bool operator==(const static_split&, const static_split&) = default;
 };
 
@@ -141,6 +149,16 @@ struct elastic {
   [[nodiscard]] queue_order validation_order() const noexcept { return validation; }
   [[nodiscard]] duration rebalance_interval() const noexcept { return interval; }
   [[nodiscard]] std::string name() const { return "elastic"; }
+  /// In JSON the epoch is `interval_s`, in seconds: at least 0.1 s, because
+  /// each epoch is an event of the run (an epoch of a nanosecond would make a
+  /// run of minutes take 10^11 events), or 0 for never.
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("min_validation", s.min_validation, detail::in(0, limits::max_devices));
+    f("min_profiling", s.min_profiling, detail::in(0, limits::max_devices));
+    f("validation", s.validation);
+    f("interval_s", s.interval, detail::in_or_zero(0.1, 86'400.0, "never"));
+  }
   friend bool operator==(const elastic&, const elastic&) = default;
 };
 
@@ -150,115 +168,28 @@ static_assert(pool_policy<elastic>);
 // ---- JSON ---------------------------------------------------------------------
 
 inline void to_json(nlohmann::json& j, queue_order o) { j = std::string(to_string(o)); }
-
-inline void to_json(nlohmann::json& j, const static_split& p) {
-  j = {{"validation_fraction", p.validation_fraction}, {"validation", p.validation}};
-}
-
-inline void to_json(nlohmann::json& j, const elastic& p) {
-  j = {{"min_validation", p.min_validation},
-       {"min_profiling", p.min_profiling},
-       {"validation", p.validation},
-       {"interval_s", to_seconds(p.interval)}};
-}
+inline void to_json(nlohmann::json& j, const static_split& p) { j = detail::write_fields(p); }
+inline void to_json(nlohmann::json& j, const elastic& p) { j = detail::write_fields(p); }
 
 namespace detail {
-
-/// Reads the params object of one pool policy, rejecting unknown keys (typos
-/// would otherwise silently fall back to defaults).
-class pool_params_reader {
- public:
-  pool_params_reader(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
-
-  [[nodiscard]] expected<void> check_keys(std::initializer_list<std::string_view> allowed) const {
-    if (!j_.is_object()) return unexpected(error{where_ + ": expected an object of parameters"});
-    for (const auto& [key, value] : j_.items()) {
-      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-      std::string list;
-      for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      return unexpected(error{where_ + ": unknown key \"" + key + "\"; allowed: " + list});
-    }
-    return {};
-  }
-
-  [[nodiscard]] expected<void> number(const char* key, double& out, double lo, double hi) const {
-    if (!j_.contains(key)) return {};
-    const auto& v = j_.at(key);
-    if (!v.is_number() || v.get<double>() < lo || v.get<double>() > hi)
-      return unexpected(error{where_ + "." + key + ": must be a number in [" + fmt_num(lo) + ", " +
-                              fmt_num(hi) + "], got " + v.dump()});
-    out = v.get<double>();
-    return {};
-  }
-
-  [[nodiscard]] expected<void> integer(const char* key, int& out, int lo) const {
-    if (!j_.contains(key)) return {};
-    const auto& v = j_.at(key);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > 1'000'000)
-      return unexpected(
-          error{where_ + "." + key + ": must be an integer >= " + std::to_string(lo) + ", got " + v.dump()});
-    out = v.get<int>();
-    return {};
-  }
-
-  [[nodiscard]] expected<void> order(const char* key, queue_order& out) const {
-    if (!j_.contains(key)) return {};
-    const auto& v = j_.at(key);
-    const auto o = v.is_string() ? parse_queue_order(v.get<std::string>()) : std::nullopt;
-    if (!o) return unexpected(error{where_ + "." + key + ": must be \"fifo\" or \"lifo\", got " + v.dump()});
-    out = *o;
-    return {};
-  }
-
- private:
-  static std::string fmt_num(double x) { return fmt::format("{}", x); }
-  const nlohmann::json& j_;
-  std::string where_;
-};
-
-inline expected<static_split> parse_static_split(const nlohmann::json& j, const std::string& where) {
-  static_split p;
-  const pool_params_reader r(j, where);
-  for (auto step : {r.check_keys({"validation_fraction", "validation"}),
-                    r.number("validation_fraction", p.validation_fraction, 0.0, 1.0),
-                    r.order("validation", p.validation)})
-    if (!step) return unexpected(step.error());
-  return p;
-}
-
-inline expected<elastic> parse_elastic(const nlohmann::json& j, const std::string& where) {
-  elastic p;
-  double interval_s = to_seconds(p.interval);
-  const pool_params_reader r(j, where);
-  for (auto step : {r.check_keys({"min_validation", "min_profiling", "validation", "interval_s"}),
-                    r.integer("min_validation", p.min_validation, 0),
-                    r.integer("min_profiling", p.min_profiling, 0),
-                    r.order("validation", p.validation),
-                    r.number("interval_s", interval_s, 0.0, 1e6)})
-    if (!step) return unexpected(step.error());
-  p.interval = seconds(interval_s);
-  return p;
-}
-
 /// Throws for nlohmann's `get<T>()` protocol, with the same message make_pool gives.
 template <class T>
 void assign_or_throw(expected<T> r, T& out) {
   if (!r) throw std::invalid_argument(r.error().message);
   out = std::move(*r);
 }
-
 }  // namespace detail
 
 inline void from_json(const nlohmann::json& j, queue_order& o) {
   const auto parsed = j.is_string() ? parse_queue_order(j.get<std::string>()) : std::nullopt;
-  if (!parsed) throw std::invalid_argument("queue order must be \"fifo\" or \"lifo\", got " + j.dump());
+  if (!parsed) throw std::invalid_argument("queue order must be \"fifo\" or \"lifo\", got " + detail::shown(j));
   o = *parsed;
 }
 inline void from_json(const nlohmann::json& j, static_split& p) {
-  detail::assign_or_throw(detail::parse_static_split(j, "static_split"), p);
+  detail::assign_or_throw(detail::read_fields<static_split>(j, "static_split"), p);
 }
 inline void from_json(const nlohmann::json& j, elastic& p) {
-  detail::assign_or_throw(detail::parse_elastic(j, "elastic"), p);
+  detail::assign_or_throw(detail::read_fields<elastic>(j, "elastic"), p);
 }
 
 // ---- type erasure ---------------------------------------------------------------
@@ -342,24 +273,24 @@ inline void to_json(nlohmann::json& j, const any_pool& p) { j = {{p.name(), p.pa
 /// @endcode
 inline expected<any_pool> make_pool(const nlohmann::json& config) {
   std::string name;
-  nlohmann::json params = nlohmann::json::object();
+  const nlohmann::json* params = &detail::policy_config::null_json();  // defaults; no copy of a large config
   if (config.is_string()) {
     name = config.get<std::string>();
   } else if (config.is_object() && config.size() == 1) {
     name = config.begin().key();
-    params = config.begin().value();
+    params = &config.begin().value();
   } else {
     return unexpected(error{"pool: expected a policy name or an object with one key (the policy name), got " +
-                            config.dump()});
+                            detail::shown(config)});
   }
   const std::string where = "pool." + name;
   if (name == "elastic") {
-    auto p = detail::parse_elastic(params, where);
+    auto p = detail::read_fields<elastic>(*params, where);
     if (!p) return unexpected(p.error());
     return any_pool(*p);
   }
   if (name == "static_split") {
-    auto p = detail::parse_static_split(params, where);
+    auto p = detail::read_fields<static_split>(*params, where);
     if (!p) return unexpected(p.error());
     return any_pool(*p);
   }

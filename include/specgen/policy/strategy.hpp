@@ -130,9 +130,8 @@ struct parallel_seeds {
     prompt_params prompt{};
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
-      f("seeds", s.seeds);
+      f("seeds", s.seeds, detail::in(1, limits::max_lanes));
     }
-    [[nodiscard]] std::string invalid() const { return seeds < 1 ? "'seeds' must be an integer >= 1" : ""; }
     friend bool operator==(const params&, const params&) = default;
   } p{};
 
@@ -163,16 +162,11 @@ struct evolve {
     prompt_params prompt{};
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
-      f("lanes", s.lanes);
-      f("population", s.population);
-      f("tournament", s.tournament);
-      f("inspirations", s.inspirations);
-    }
-    [[nodiscard]] std::string invalid() const {
-      for (auto [key, value, lo] : {std::tuple{"lanes", lanes, 1}, std::tuple{"population", population, 1},
-                                    std::tuple{"tournament", tournament, 1}, std::tuple{"inspirations", inspirations, 0}})
-        if (value < lo) return fmt::format("'{}' must be an integer >= {}", key, lo);
-      return {};
+      f("lanes", s.lanes, detail::in(1, limits::max_lanes));
+      f("population", s.population, detail::in(1, 100'000));
+      // Each entrant is a draw, each inspiration a kernel in the prompt.
+      f("tournament", s.tournament, detail::in(1, 100));
+      f("inspirations", s.inspirations, detail::in(0, 16));
     }
     friend bool operator==(const params&, const params&) = default;
   } p{};
@@ -222,9 +216,11 @@ struct evolve {
 /// Type-erased strategy, so a CLI or JSON config picks one at run time.
 class any_strategy {
  public:
+  /// Throws std::invalid_argument when a built-in strategy's params are out
+  /// of range (a programming error: JSON configs are checked where read).
   template <search_strategy S>
     requires(!std::same_as<std::remove_cvref_t<S>, any_strategy>)
-  any_strategy(S s) : self_(std::make_shared<model<S>>(std::move(s))) {}  // NOLINT implicit by design
+  any_strategy(S s) : self_(std::make_shared<model<S>>(checked(std::move(s)))) {}  // NOLINT implicit by design
   any_strategy() : any_strategy(refine_best{}) {}
 
   [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const { return self_->plan_round(v); }
@@ -253,6 +249,11 @@ class any_strategy {
   std::shared_ptr<const concept_t> self_;
 
   template <class S>
+  static S checked(S s) {
+    if constexpr (requires { detail::write_fields(s.p); }) detail::require_valid(s.p, s.name());
+    return s;
+  }
+  template <class S>
   static nlohmann::json strategy_json(const S& s) {
     if constexpr (requires { detail::write_fields(s.p); }) return {{s.name(), detail::write_fields(s.p)}};
     else return {{"custom", s.name()}};
@@ -270,7 +271,7 @@ inline expected<any_strategy, error> make_strategy(const nlohmann::json& j) {
   auto cfg = detail::split_config(j, "strategy", "refine, parallel, evolve");
   if (!cfg) return unexpected(cfg.error());
   auto build = [&](auto strategy) -> expected<any_strategy, error> {
-    auto p = detail::read_fields<typename decltype(strategy)::params>(cfg->body, "strategy " + cfg->kind);
+    auto p = detail::read_fields<typename decltype(strategy)::params>(*cfg->body, "strategy " + cfg->kind);
     if (!p) return unexpected(p.error());
     strategy.p = std::move(*p);
     return any_strategy(std::move(strategy));

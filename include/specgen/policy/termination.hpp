@@ -48,15 +48,10 @@ concept termination_policy = requires(const T& t, const history_view& h, double 
 };
 
 namespace detail {
-inline std::string check_threshold(double v, std::string_view field) {
-  return std::isfinite(v) ? std::string{} : fmt::format("{} must be a finite number", field);
-}
-inline std::string check_margins(double empty_threshold, double min_gain) {
-  if (auto e = check_threshold(empty_threshold, "empty_threshold"); !e.empty()) return e;
-  return std::isfinite(min_gain) && min_gain >= 0
-             ? std::string{}
-             : fmt::format("min_gain must be a finite fraction >= 0, got {}", min_gain);
-}
+/// The speedup a kernel must beat with an empty history (0: any valid kernel).
+inline constexpr range<double> empty_threshold_range = in(0.0, limits::max_speedup);
+/// The margin a kernel must win by, as a fraction (10 = 11 times as fast).
+inline constexpr range<double> min_gain_range = in(0.0, 10.0);
 /// `speedup` is faster than `reference` by more than the fraction `min_gain`.
 constexpr bool beats(double speedup, double reference, double min_gain) noexcept {
   return speedup > reference * (1.0 + min_gain);
@@ -90,10 +85,9 @@ struct beats_mean {
   [[nodiscard]] std::string name() const { return "beats_mean"; }
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
-    f("empty_threshold", s.empty_threshold);
-    f("min_gain", s.min_gain);
+    f("empty_threshold", s.empty_threshold, detail::empty_threshold_range);
+    f("min_gain", s.min_gain, detail::min_gain_range);
   }
-  [[nodiscard]] std::string invalid() const { return detail::check_margins(empty_threshold, min_gain); }
   friend bool operator==(const beats_mean&, const beats_mean&) = default;
 };
 
@@ -120,10 +114,9 @@ struct best_so_far {
   [[nodiscard]] std::string name() const { return "best_so_far"; }
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
-    f("empty_threshold", s.empty_threshold);
-    f("min_gain", s.min_gain);
+    f("empty_threshold", s.empty_threshold, detail::empty_threshold_range);
+    f("min_gain", s.min_gain, detail::min_gain_range);
   }
-  [[nodiscard]] std::string invalid() const { return detail::check_margins(empty_threshold, min_gain); }
   friend bool operator==(const best_so_far&, const best_so_far&) = default;
 };
 
@@ -144,10 +137,7 @@ struct reaches_target {
   [[nodiscard]] std::string name() const { return "reaches_target"; }
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
-    f("target", s.target);
-  }
-  [[nodiscard]] std::string invalid() const {
-    return std::isfinite(target) && target > 0 ? std::string{} : fmt::format("target must be a positive number, got {}", target);
+    f("target", s.target, limits::speedup);
   }
   friend bool operator==(const reaches_target&, const reaches_target&) = default;
 };
@@ -174,9 +164,11 @@ nlohmann::json termination_config(const T& t) {
 class any_termination {
  public:
   any_termination() : any_termination(termination::beats_mean{}) {}
+  /// Throws std::invalid_argument when a built-in policy's parameters are out
+  /// of range (a programming error: JSON configs are checked where read).
   template <termination_policy T>
     requires(!std::same_as<std::remove_cvref_t<T>, any_termination>)
-  any_termination(T t) : self_(std::make_shared<const model<T>>(std::move(t))) {}  // NOLINT implicit by design
+  any_termination(T t) : self_(std::make_shared<const model<T>>(checked(std::move(t)))) {}  // NOLINT implicit by design
 
   [[nodiscard]] bool should_stop(const history_view& h, double speedup) const { return self_->should_stop(h, speedup); }
   [[nodiscard]] std::string name() const { return self_->name(); }
@@ -198,6 +190,11 @@ class any_termination {
     nlohmann::json config() const override { return detail::termination_config(t_); }
     T t_;
   };
+  template <class T>
+  static T checked(T t) {
+    if constexpr (detail::has_fields<T>) detail::require_valid(t, t.name());
+    return t;
+  }
   std::shared_ptr<const concept_t> self_;
 };
 
@@ -269,27 +266,37 @@ expected<any_termination, error> make_termination_of(const nlohmann::json& body,
  *       R"({"any_of": ["beats_mean", {"reaches_target": {"target": 4}}]})"));
  * @endcode
  */
-inline expected<any_termination, error> make_termination(const nlohmann::json& j) {
+inline expected<any_termination, error> make_termination(const nlohmann::json& j);
+
+namespace detail {
+/// make_termination inside `depth` enclosing any_of lists.
+inline expected<any_termination, error> make_termination_at(const nlohmann::json& j, int depth) {
   auto cfg = detail::split_config(j, "termination", detail::termination_kinds);
   if (!cfg) return unexpected(cfg.error());
   const std::string what = "termination " + cfg->kind;
-  if (cfg->kind == "beats_mean") return detail::make_termination_of<termination::beats_mean>(cfg->body, what);
-  if (cfg->kind == "first_valid") return detail::make_termination_of<termination::first_valid>(cfg->body, what);
-  if (cfg->kind == "best_so_far") return detail::make_termination_of<termination::best_so_far>(cfg->body, what);
-  if (cfg->kind == "never") return detail::make_termination_of<termination::never>(cfg->body, what);
-  if (cfg->kind == "reaches_target") return detail::make_termination_of<termination::reaches_target>(cfg->body, what);
+  if (cfg->kind == "beats_mean") return detail::make_termination_of<termination::beats_mean>(*cfg->body, what);
+  if (cfg->kind == "first_valid") return detail::make_termination_of<termination::first_valid>(*cfg->body, what);
+  if (cfg->kind == "best_so_far") return detail::make_termination_of<termination::best_so_far>(*cfg->body, what);
+  if (cfg->kind == "never") return detail::make_termination_of<termination::never>(*cfg->body, what);
+  if (cfg->kind == "reaches_target") return detail::make_termination_of<termination::reaches_target>(*cfg->body, what);
   if (cfg->kind == "any_of") {
-    if (!cfg->body.is_array() || cfg->body.empty())
-      return unexpected(error{fmt::format("{}: expected a non-empty array of termination configs, got {}", what, cfg->body.dump())});
+    if (auto ok = check_policy_depth(depth + 1, "termination"); !ok) return unexpected(ok.error());
+    if (!cfg->body->is_array() || cfg->body->empty())
+      return unexpected(error{fmt::format("{}: expected a non-empty array of termination configs, got {}", what, detail::shown(*cfg->body))});
     std::vector<any_termination> members;
-    for (std::size_t i = 0; i < cfg->body.size(); ++i) {
-      auto m = make_termination(cfg->body[i]);
+    for (std::size_t i = 0; i < cfg->body->size(); ++i) {
+      auto m = make_termination_at((*cfg->body)[i], depth + 1);
       if (!m) return unexpected(error{fmt::format("termination any_of[{}]: {}", i, m.error().message)});
       members.push_back(std::move(*m));
     }
     return any_termination(termination::any_of(std::move(members)));
   }
   return unexpected(error{fmt::format("termination: unknown kind '{}' (known: {})", cfg->kind, detail::termination_kinds)});
+}
+}  // namespace detail
+
+inline expected<any_termination, error> make_termination(const nlohmann::json& j) {
+  return detail::make_termination_at(j, 0);
 }
 
 SPECGEN_END_NAMESPACE

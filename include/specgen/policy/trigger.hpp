@@ -177,8 +177,27 @@ class phrase_matcher {
   std::string window_;
 };
 
-inline std::string check_samples(int samples) {
-  return samples >= 1 ? std::string{} : fmt::format("samples must be >= 1, got {}", samples);
+/// K, the samples of one fork.
+inline constexpr range<int> fork_samples = in(1, limits::max_fork_samples);
+/// A token count a trigger compares with the reasoning so far.
+inline constexpr range<std::uint64_t> trigger_tokens = in<std::uint64_t>(0, limits::max_tokens);
+/// The longest phrase or language tag: a phrase is a few words, and the
+/// matcher keeps a window a few times the longest one.
+inline constexpr std::size_t max_phrase_bytes = 256;
+
+/// "" when every string of `list` (a trigger's phrases or languages) is
+/// usable: at least one, none empty, none longer than max_phrase_bytes.
+inline std::string check_strings(const std::vector<std::string>& list, std::string_view key) {
+  if (list.empty()) return fmt::format("{} must not be empty", key);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (list[i].find_first_not_of(" \t\r\n") == std::string::npos)
+      return fmt::format("{}[{}] is empty; every entry needs at least one visible character (an empty one would match "
+                         "nothing, or everything)",
+                         key, i);
+    if (list[i].size() > max_phrase_bytes)
+      return fmt::format("{}[{}] is {} bytes long; at most {}", key, i, list[i].size(), max_phrase_bytes);
+  }
+  return {};
 }
 
 /// A policy's JSON config: `{"<name>": {params}}` when it has `config()`,
@@ -276,10 +295,10 @@ class fence_closed {
     std::vector<std::string> languages{"cuda", "cu", "cpp", "c++"};  ///< compared lower-case
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
-      f("samples", s.samples);
+      f("samples", s.samples, detail::fork_samples);
       f("languages", s.languages);
     }
-    [[nodiscard]] std::string invalid() const { return detail::check_samples(samples); }
+    [[nodiscard]] std::string invalid() const { return detail::check_strings(languages, "languages"); }
     friend bool operator==(const params&, const params&) = default;
     friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
@@ -353,17 +372,12 @@ class phrase_trigger {
     int max_wait_chars = 200;
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
-      f("samples", s.samples);
+      f("samples", s.samples, detail::fork_samples);
       f("phrases", s.phrases);
       f("prose_only", s.prose_only);
-      f("max_wait_chars", s.max_wait_chars);
+      f("max_wait_chars", s.max_wait_chars, detail::in(0, 100'000));
     }
-    [[nodiscard]] std::string invalid() const {
-      if (auto s = detail::check_samples(samples); !s.empty()) return s;
-      if (phrases.empty()) return "phrases must not be empty";
-      if (max_wait_chars < 0) return fmt::format("max_wait_chars must be >= 0, got {}", max_wait_chars);
-      return {};
-    }
+    [[nodiscard]] std::string invalid() const { return detail::check_strings(phrases, "phrases"); }
     friend bool operator==(const params&, const params&) = default;
     friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
@@ -419,9 +433,8 @@ class function_body_complete {
     int samples = 2;
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
-      f("samples", s.samples);
+      f("samples", s.samples, detail::fork_samples);
     }
-    [[nodiscard]] std::string invalid() const { return detail::check_samples(samples); }
     friend bool operator==(const params&, const params&) = default;
     friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
@@ -482,12 +495,8 @@ class token_interval {
     std::uint64_t every_tokens = 1024;
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
-      f("samples", s.samples);
-      f("every_tokens", s.every_tokens);
-    }
-    [[nodiscard]] std::string invalid() const {
-      if (auto s = detail::check_samples(samples); !s.empty()) return s;
-      return every_tokens >= 1 ? std::string{} : std::string("every_tokens must be >= 1");
+      f("samples", s.samples, detail::fork_samples);
+      f("every_tokens", s.every_tokens, detail::in<std::uint64_t>(1, limits::max_tokens));
     }
     friend bool operator==(const params&, const params&) = default;
     friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
@@ -535,15 +544,10 @@ class idle_resources {
     int max_backoff = 0;
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
-      f("samples", s.samples);
-      f("min_tokens", s.min_tokens);
-      f("max_in_flight", s.max_in_flight);
-      f("max_backoff", s.max_backoff);
-    }
-    [[nodiscard]] std::string invalid() const {
-      if (max_in_flight < 1) return fmt::format("max_in_flight must be >= 1, got {}", max_in_flight);
-      if (max_backoff < 0 || max_backoff > 16) return fmt::format("max_backoff must be in [0, 16], got {}", max_backoff);
-      return detail::check_samples(samples);
+      f("samples", s.samples, detail::fork_samples);
+      f("min_tokens", s.min_tokens, detail::trigger_tokens);
+      f("max_in_flight", s.max_in_flight, detail::in(1, 1024));
+      f("max_backoff", s.max_backoff, detail::in(0, 16));
     }
     friend bool operator==(const params&, const params&) = default;
     friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
@@ -623,17 +627,14 @@ struct gate {
   std::uint64_t max_profiling_queue = std::numeric_limits<std::uint64_t>::max();
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
-    f("min_gap_tokens", s.min_gap_tokens);
-    f("min_prefix_tokens", s.min_prefix_tokens);
-    f("max_forks_per_round", s.max_forks_per_round);
-    f("max_forks_in_flight", s.max_forks_in_flight);
-    f("max_validation_queue", s.max_validation_queue);
-    f("max_profiling_queue", s.max_profiling_queue);
-  }
-  [[nodiscard]] std::string invalid() const {
-    if (max_forks_per_round < 0) return fmt::format("max_forks_per_round must be >= 0, got {}", max_forks_per_round);
-    if (max_forks_in_flight < 0) return fmt::format("max_forks_in_flight must be >= 0, got {}", max_forks_in_flight);
-    return {};
+    // The limits are comparisons, never sizes: their defaults, the largest
+    // values of their types, mean "no limit".
+    f("min_gap_tokens", s.min_gap_tokens, detail::trigger_tokens);
+    f("min_prefix_tokens", s.min_prefix_tokens, detail::trigger_tokens);
+    f("max_forks_per_round", s.max_forks_per_round, detail::in(0, std::numeric_limits<int>::max()));
+    f("max_forks_in_flight", s.max_forks_in_flight, detail::in(0, std::numeric_limits<int>::max()));
+    f("max_validation_queue", s.max_validation_queue, detail::any_value<std::uint64_t>());
+    f("max_profiling_queue", s.max_profiling_queue, detail::any_value<std::uint64_t>());
   }
   /// True when a fork may happen now.
   [[nodiscard]] bool open(const stream_view& v, const trigger_context& c) const noexcept {
@@ -751,28 +752,33 @@ inline any_trigger default_trigger() {
  *
  * `make_trigger(t.config())` rebuilds `t` with fresh state.
  */
-inline expected<any_trigger, error> make_trigger(const nlohmann::json& j) {
+inline expected<any_trigger, error> make_trigger(const nlohmann::json& j);
+
+namespace detail {
+/// make_trigger inside `depth` enclosing any_of lists.
+inline expected<any_trigger, error> make_trigger_at(const nlohmann::json& j, int depth) {
   auto cfg = detail::split_config(j, "trigger", detail::trigger_kinds, {"gate"});
   if (!cfg) return unexpected(cfg.error());
   const std::string& kind = cfg->kind;
   const std::string what = "trigger " + kind;
   expected<any_trigger, error> inner = unexpected(error{});
-  if (kind == "fence_closed") inner = detail::make_text_trigger<triggers::fence_closed>(cfg->body, what);
-  else if (kind == "design_decision") inner = detail::make_text_trigger<triggers::design_decision>(cfg->body, what);
-  else if (kind == "implementation_hint") inner = detail::make_text_trigger<triggers::implementation_hint>(cfg->body, what);
-  else if (kind == "function_body_complete") inner = detail::make_text_trigger<triggers::function_body_complete>(cfg->body, what);
-  else if (kind == "token_interval") inner = detail::make_text_trigger<triggers::token_interval>(cfg->body, what);
-  else if (kind == "idle_resources") inner = detail::make_text_trigger<triggers::idle_resources>(cfg->body, what);
+  if (kind == "fence_closed") inner = detail::make_text_trigger<triggers::fence_closed>(*cfg->body, what);
+  else if (kind == "design_decision") inner = detail::make_text_trigger<triggers::design_decision>(*cfg->body, what);
+  else if (kind == "implementation_hint") inner = detail::make_text_trigger<triggers::implementation_hint>(*cfg->body, what);
+  else if (kind == "function_body_complete") inner = detail::make_text_trigger<triggers::function_body_complete>(*cfg->body, what);
+  else if (kind == "token_interval") inner = detail::make_text_trigger<triggers::token_interval>(*cfg->body, what);
+  else if (kind == "idle_resources") inner = detail::make_text_trigger<triggers::idle_resources>(*cfg->body, what);
   else if (kind == "never" || kind == "default") {
-    if (!cfg->body.is_null() && !(cfg->body.is_object() && cfg->body.empty()))
-      return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, cfg->body.dump())});
+    if (!cfg->body->is_null() && !(cfg->body->is_object() && cfg->body->empty()))
+      return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, detail::shown(*cfg->body))});
     inner = kind == "never" ? any_trigger(triggers::never{}) : default_trigger();
   } else if (kind == "any_of") {
-    if (!cfg->body.is_array() || cfg->body.empty())
-      return unexpected(error{fmt::format("{}: expected a non-empty array of trigger configs, got {}", what, cfg->body.dump())});
+    if (auto ok = check_policy_depth(depth + 1, "trigger"); !ok) return unexpected(ok.error());
+    if (!cfg->body->is_array() || cfg->body->empty())
+      return unexpected(error{fmt::format("{}: expected a non-empty array of trigger configs, got {}", what, detail::shown(*cfg->body))});
     std::vector<any_trigger> members;
-    for (std::size_t i = 0; i < cfg->body.size(); ++i) {
-      auto m = make_trigger(cfg->body[i]);
+    for (std::size_t i = 0; i < cfg->body->size(); ++i) {
+      auto m = make_trigger_at((*cfg->body)[i], depth + 1);
       if (!m) return unexpected(error{fmt::format("trigger any_of[{}]: {}", i, m.error().message)});
       members.push_back(std::move(*m));
     }
@@ -785,5 +791,8 @@ inline expected<any_trigger, error> make_trigger(const nlohmann::json& j) {
   if (!g) return unexpected(g.error());
   return any_trigger(triggers::gated<any_trigger>(std::move(*inner), *g));
 }
+}  // namespace detail
+
+inline expected<any_trigger, error> make_trigger(const nlohmann::json& j) { return detail::make_trigger_at(j, 0); }
 
 SPECGEN_END_NAMESPACE

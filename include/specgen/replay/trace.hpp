@@ -13,6 +13,9 @@
 ///   auto text = specgen::replay::expand_reasoning(traces->front());  // text + token boundaries
 /// @endcode
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/files.hpp>
+#include <specgen/detail/json_fields.hpp>
+#include <specgen/detail/limits.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/types.hpp>
 
@@ -151,6 +154,15 @@ class token_text {
 };
 
 namespace detail {
+
+// The core's checked reading, for the trace reader below.
+using specgen::detail::in;
+using specgen::detail::json_files_in;
+using specgen::detail::number_value;
+using specgen::detail::range;
+using specgen::detail::read_json_file;
+using specgen::detail::shown;
+namespace file_kinds = specgen::detail::file_kinds;
 
 /// splitmix64's finaliser: a strong, cheap 64-bit mix (stable across platforms).
 constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
@@ -344,12 +356,16 @@ class trace_reader {
     return j[key].get<std::string>();
   }
 
-  expected<std::uint64_t, trace_error> count(const nlohmann::json& v, const std::string& at, std::uint64_t min) const {
-    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
-      return fail(at, "expected a non-negative integer");
-    const auto n = v.get<std::uint64_t>();
-    if (n < min) return fail(at, fmt::format("must be at least {}", min));
+  /// An integer in `r`.
+  template <class T>
+  expected<T, trace_error> count(const nlohmann::json& v, const std::string& at, const range<T>& r) const {
+    T n{};
+    if (!number_value(v, n) || !r.contains(n)) return fail(at, fmt::format("must be {}, got {}", r.describe(), shown(v)));
     return n;
+  }
+  /// A token count: at least `min`, at most limits::max_tokens.
+  expected<std::uint64_t, trace_error> tokens(const nlohmann::json& v, const std::string& at, std::uint64_t min) const {
+    return count(v, at, in<std::uint64_t>(min, limits::max_tokens));
   }
 
   expected<answer_text, trace_error> read_answer(const nlohmann::json& j, const std::string& at) const {
@@ -359,7 +375,7 @@ class trace_reader {
     if (!text) return unexpected(text.error());
     answer_text a{*text, estimate_tokens(*text)};
     if (j.contains("tokens")) {
-      auto n = count(j["tokens"], at + "/tokens", 1);
+      auto n = tokens(j["tokens"], at + "/tokens", 1);
       if (!n) return unexpected(n.error());
       a.tokens = *n;
     }
@@ -371,7 +387,7 @@ class trace_reader {
       return fail(at, "a segment is {\"text\": ..., \"tokens\": ...} or {\"filler\": <tokens>, \"topic\": ...}");
     if (j.contains("filler")) {
       if (auto e = keys(j, at, {"filler", "topic"}); !e) return unexpected(e.error());
-      auto n = count(j["filler"], at + "/filler", 1);
+      auto n = tokens(j["filler"], at + "/filler", 1);
       if (!n) return unexpected(n.error());
       segment s{.text = "", .tokens = *n, .filler = true, .topic = ""};
       if (j.contains("topic")) {
@@ -397,16 +413,17 @@ class trace_reader {
     if (task->empty()) return fail(at + "/task", "the task name is empty");
     t.task = *task;
     if (!j.contains("round")) return fail(at + "/round", "missing \"round\" (0-based)");
-    auto round = count(j["round"], at + "/round", 0);
+    auto round = count(j["round"], at + "/round", in(0, limits::max_rounds - 1));
     if (!round) return unexpected(round.error());
-    t.round = static_cast<int>(*round);
+    t.round = *round;
     if (!j.contains("lane")) return fail(at + "/lane", "missing \"lane\": a 0-based lane or \"any\"");
     if (j["lane"].is_string() && j["lane"].get<std::string>() == "any") {
       t.lane = std::nullopt;
     } else {
-      auto lane = count(j["lane"], at + "/lane", 0);
-      if (!lane) return fail(at + "/lane", "expected a 0-based lane or \"any\"");
-      t.lane = static_cast<int>(*lane);
+      auto lane = count(j["lane"], at + "/lane", in(0, limits::max_lanes - 1));
+      if (!lane) return fail(at + "/lane", fmt::format("must be a 0-based lane in [0, {}] or \"any\", got {}",
+                                                      limits::max_lanes - 1, shown(j["lane"])));
+      t.lane = *lane;
     }
     auto style = str(j, at, "style");
     if (!style) return unexpected(style.error());
@@ -423,9 +440,17 @@ class trace_reader {
 
     if (!j.contains("segments") || !j["segments"].is_array() || j["segments"].empty())
       return fail(at + "/segments", "expected a non-empty array of segments (the reasoning)");
+    std::uint64_t reasoning = 0;
     for (std::size_t i = 0; i < j["segments"].size(); ++i) {
-      auto s = read_segment(j["segments"][i], fmt::format("{}/segments/{}", at, i));
+      const std::string sat = fmt::format("{}/segments/{}", at, i);
+      auto s = read_segment(j["segments"][i], sat);
       if (!s) return unexpected(s.error());
+      // Replaying expands the whole reasoning: bound its sum, not only each segment.
+      reasoning += s->tokens;
+      if (reasoning > limits::max_tokens)
+        return fail(sat, fmt::format("the reasoning reaches {} tokens here, over the limit of {} per trace; split it "
+                                     "into rounds or use fewer filler tokens",
+                                     reasoning, limits::max_tokens));
       t.segments.push_back(std::move(*s));
     }
     if (!j.contains("answer")) return fail(at + "/answer", "missing \"answer\" (the final answer text)");
@@ -442,7 +467,7 @@ class trace_reader {
         if (!f.is_object()) return fail(fat, "a fork point is {\"at_token\": ..., \"samples\": [...]}");
         if (auto e = keys(f, fat, {"at_token", "samples"}); !e) return unexpected(e.error());
         if (!f.contains("at_token")) return fail(fat + "/at_token", "missing \"at_token\"");
-        auto pos = count(f["at_token"], fat + "/at_token", 0);
+        auto pos = tokens(f["at_token"], fat + "/at_token", 0);
         if (!pos) return unexpected(pos.error());
         if (*pos > total)
           return fail(fat + "/at_token", fmt::format("{} is past the end of the reasoning ({} tokens)", *pos, total));
@@ -451,6 +476,9 @@ class trace_reader {
                                                      "({} follows {})", *pos, t.forks.back().at_token));
         if (!f.contains("samples") || !f["samples"].is_array() || f["samples"].empty())
           return fail(fat + "/samples", "expected a non-empty array of answers");
+        if (f["samples"].size() > static_cast<std::size_t>(limits::max_fork_samples))
+          return fail(fat + "/samples", fmt::format("{} samples; at most {} (K of a fork is at most that)",
+                                                    f["samples"].size(), limits::max_fork_samples));
         fork_point fp{*pos, {}};
         for (std::size_t k = 0; k < f["samples"].size(); ++k) {
           auto a = read_answer(f["samples"][k], fmt::format("{}/samples/{}", fat, k));
@@ -505,26 +533,29 @@ inline expected<std::vector<trace>, trace_error> parse_traces(const nlohmann::js
 
 namespace detail {
 
-inline expected<std::vector<trace>, trace_error> load_trace_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return unexpected(trace_error{path.string(), "", "cannot open the file"});
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return unexpected(trace_error{path.string(), "", "not valid JSON"});
-  return parse_traces(j, path.string());
+/// A trace_error from an `error` whose message reads "<file>: <problem>" or
+/// "<file>: /json/pointer: <problem>" (the file helpers', a cost table's).
+inline trace_error whole_file_error(const std::string& file, const error& e) {
+  std::string m = e.message;
+  if (m.starts_with(file + ": ")) m.erase(0, file.size() + 2);
+  if (const auto colon = m.find(": "); m.starts_with("/") && colon != std::string::npos)
+    return trace_error{file, m.substr(0, colon), m.substr(colon + 2)};
+  return trace_error{file, "", std::move(m)};
 }
 
-}  // namespace detail
+inline expected<std::vector<trace>, trace_error> load_trace_file(const std::filesystem::path& path) {
+  auto j = read_json_file(path, file_kinds::trace, /*comments=*/false);
+  if (!j) return unexpected(whole_file_error(path.string(), j.error()));
+  return parse_traces(*j, path.string());
+}
 
-/// Load traces from a file, or from every `*.json` file of a directory (in
-/// name order). Rejects two traces with the same id, or for the same (task,
-/// round, lane), naming both places.
-inline expected<std::vector<trace>, trace_error> load_traces(const std::filesystem::path& path) {
+inline expected<std::vector<trace>, trace_error> load_traces_from(const std::filesystem::path& path) {
   std::vector<std::filesystem::path> files{};
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    for (const auto& e : std::filesystem::directory_iterator(path, ec))
-      if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
-    std::sort(files.begin(), files.end());
+    auto listed = json_files_in(path);
+    if (!listed) return unexpected(whole_file_error(path.string(), listed.error()));
+    files = std::move(*listed);
     if (files.empty()) return unexpected(trace_error{path.string(), "", "the directory holds no *.json trace files"});
   } else {
     files.push_back(path);
@@ -550,6 +581,21 @@ inline expected<std::vector<trace>, trace_error> load_traces(const std::filesyst
     }
   }
   return all;
+}
+
+}  // namespace detail
+
+/// Load traces from a file, or from every `*.json` file of a directory (in
+/// name order). Rejects two traces with the same id, or for the same (task,
+/// round, lane), naming both places. Every failure (a file that is not a
+/// regular file, one over 64 MiB, a value out of range) is a `trace_error`;
+/// this never throws.
+inline expected<std::vector<trace>, trace_error> load_traces(const std::filesystem::path& path) noexcept {
+  try {
+    return detail::load_traces_from(path);
+  } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
+    return unexpected(trace_error{path.string(), "", fmt::format("cannot load the traces: {}", e.what())});
+  }
 }
 
 /// Write `traces` as one trace file.

@@ -13,6 +13,7 @@
 #include <specgen/detail/config.hpp>
 #include <specgen/task_io.hpp>
 #include <specgen/expected.hpp>
+#include <specgen/policy/fields.hpp>
 #include <specgen/replay/trace.hpp>
 #include <specgen/task.hpp>
 #include <specgen/types.hpp>
@@ -100,17 +101,67 @@ struct corpus_params {
   double validate_s_max = 3.0;
   double profile_s_min = 4.0;
   double profile_s_max = 16.0;
-  friend bool operator==(const corpus_params&, const corpus_params&) = default;
-};
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(corpus_params, tasks, rounds, lanes, families, min_reasoning_tokens,
-                                                max_reasoning_tokens, think_then_write_min_tokens, draft_early_share,
-                                                first_kernel_min, first_kernel_median, first_kernel_max,
-                                                fenced_share_min, fenced_share_max, good_kernel_min, good_kernel_max,
-                                                fail_early, fail_late, final_fail, fork_points, samples_per_fork,
-                                                speedup_start_min, speedup_start_max, speedup_cap_min, speedup_cap_max,
-                                                rounds_to_converge, validate_s_min, validate_s_max, profile_s_min,
-                                                profile_s_max)
+  /// The most traces (tasks x rounds x lanes) a corpus may hold: each is a
+  /// few kilobytes in memory, and the generator makes them all at once.
+  static constexpr std::int64_t max_traces = 100'000;
+
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    using specgen::detail::in;
+    constexpr auto share = in(0.0, 1.0);
+    constexpr auto tokens = in<std::uint64_t>(1000, limits::max_tokens);
+    constexpr auto speedup = in(0.01, limits::max_speedup);
+    constexpr auto job_s = in(0.0, 3600.0);
+    f("tasks", s.tasks, in(1, 10'000));
+    f("rounds", s.rounds, in(1, limits::max_rounds));
+    f("lanes", s.lanes, in(1, limits::max_lanes));
+    f("families", s.families);
+    f("min_reasoning_tokens", s.min_reasoning_tokens, tokens);
+    f("max_reasoning_tokens", s.max_reasoning_tokens, tokens);
+    f("think_then_write_min_tokens", s.think_then_write_min_tokens, tokens);
+    f("draft_early_share", s.draft_early_share, share);
+    f("first_kernel_min", s.first_kernel_min, share);
+    f("first_kernel_median", s.first_kernel_median, share);
+    f("first_kernel_max", s.first_kernel_max, share);
+    f("fenced_share_min", s.fenced_share_min, share);
+    f("fenced_share_max", s.fenced_share_max, share);
+    f("good_kernel_min", s.good_kernel_min, share);
+    f("good_kernel_max", s.good_kernel_max, share);
+    f("fail_early", s.fail_early, share);
+    f("fail_late", s.fail_late, share);
+    f("final_fail", s.final_fail, share);
+    f("fork_points", s.fork_points, in(3, 256));
+    f("samples_per_fork", s.samples_per_fork, in(1, limits::max_fork_samples));
+    f("speedup_start_min", s.speedup_start_min, speedup);
+    f("speedup_start_max", s.speedup_start_max, speedup);
+    f("speedup_cap_min", s.speedup_cap_min, speedup);
+    f("speedup_cap_max", s.speedup_cap_max, speedup);
+    f("rounds_to_converge", s.rounds_to_converge, in(0.1, 10'000.0));
+    f("validate_s_min", s.validate_s_min, job_s);
+    f("validate_s_max", s.validate_s_max, job_s);
+    f("profile_s_min", s.profile_s_min, job_s);
+    f("profile_s_max", s.profile_s_max, job_s);
+  }
+  [[nodiscard]] std::string invalid() const {
+    if (static_cast<double>(max_reasoning_tokens) < 1.2 * static_cast<double>(min_reasoning_tokens) ||
+        static_cast<double>(max_reasoning_tokens) < 1.2 * static_cast<double>(think_then_write_min_tokens))
+      return "max_reasoning_tokens must be at least 1.2 x min_reasoning_tokens and 1.2 x think_then_write_min_tokens";
+    if (const auto traces = std::int64_t{tasks} * rounds * lanes; traces > max_traces)
+      return fmt::format("tasks x rounds x lanes = {} traces; at most {}: use fewer tasks, rounds or lanes", traces,
+                         max_traces);
+    return {};
+  }
+  friend bool operator==(const corpus_params&, const corpus_params&) = default;
+  friend void to_json(nlohmann::json& j, const corpus_params& p) { j = specgen::detail::write_fields(p); }
+  /// For `json.get<corpus_params>()`: missing keys keep their defaults; an
+  /// unknown key or a value out of range throws std::invalid_argument.
+  friend void from_json(const nlohmann::json& j, corpus_params& p) {
+    auto r = specgen::detail::read_fields<corpus_params>(j, "corpus_params");
+    if (!r) throw std::invalid_argument(r.error().message);
+    p = std::move(*r);
+  }
+};
 
 /// Tasks, their traces, and the cost of every kernel appearing in any trace.
 struct corpus {
@@ -489,12 +540,7 @@ class corpus_generator {
   corpus_generator(const corpus_params& p, std::uint64_t seed) : p_(p), r_(mix64(seed ^ 0x5eed5eed5eedull)) {}
 
   corpus run() {
-    if (p_.tasks < 1 || p_.rounds < 1 || p_.lanes < 1 || p_.samples_per_fork < 1 || p_.fork_points < 3 ||
-        p_.min_reasoning_tokens < 1000 || p_.max_reasoning_tokens < p_.min_reasoning_tokens * 1.2 ||
-        p_.max_reasoning_tokens < p_.think_then_write_min_tokens * 1.2)
-      throw std::invalid_argument("corpus_params: tasks, rounds, lanes, samples_per_fork >= 1, fork_points >= 3, "
-                                  "1000 <= min_reasoning_tokens, "
-                                  "max_reasoning_tokens >= 1.2 x min_reasoning_tokens and 1.2 x think_then_write_min_tokens");
+    specgen::detail::require_valid(p_, "corpus_params");
     std::vector<const kernel_family*> fams;
     for (const auto& name : p_.families) {
       auto it = std::find_if(families().begin(), families().end(), [&](const auto& f) { return f.name == name; });
@@ -788,14 +834,6 @@ inline corpus generate_corpus(const corpus_params& p, std::uint64_t seed) {
 
 namespace detail {
 
-inline expected<nlohmann::json, corpus_error> read_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return unexpected(corpus_error{path.string(), "", "cannot open the file"});
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded()) return unexpected(corpus_error{path.string(), "", "not valid JSON"});
-  return j;
-}
-
 inline expected<void, corpus_error> write_json(const std::filesystem::path& path, const nlohmann::json& j) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return unexpected(corpus_error{path.string(), "", "cannot create the file"});
@@ -822,31 +860,28 @@ inline expected<void, corpus_error> write_corpus(const corpus& c, const std::fil
   return detail::write_json(dir / "cost_table.json", nlohmann::json(c.costs));
 }
 
-/// Read what write_corpus wrote.
-inline expected<corpus, corpus_error> load_corpus(const std::filesystem::path& dir) {
-  corpus c;
-  std::vector<std::filesystem::path> files{};
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir / "tasks", ec))
-    if (e.path().extension() == ".json") files.push_back(e.path());
-  if (ec) return unexpected(corpus_error{(dir / "tasks").string(), "", fmt::format("cannot list: {}", ec.message())});
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
-    auto j = detail::read_json(f);
-    if (!j) return unexpected(j.error());
-    auto t = parse_task(*j, f.string());
-    if (!t) return unexpected(corpus_error{t.error().file, t.error().field, t.error().message});
-    c.tasks.push_back(std::move(*t));
+/// Read what write_corpus wrote: the tasks in file-name order (two files
+/// defining one task name are an error naming both), the traces and the cost
+/// table, each file checked as its loader checks it. Never throws.
+inline expected<corpus, corpus_error> load_corpus(const std::filesystem::path& dir) noexcept {
+  try {
+    corpus c;
+    auto files = specgen::detail::json_files_in(dir / "tasks");
+    if (!files) return unexpected(detail::whole_file_error((dir / "tasks").string(), files.error()));
+    auto tasks = load_tasks(*files);
+    if (!tasks) return unexpected(corpus_error{tasks.error().file, tasks.error().field, tasks.error().message});
+    c.tasks = std::move(*tasks);
+    auto traces = load_traces(dir / "traces");
+    if (!traces) return unexpected(traces.error());
+    c.traces = std::move(*traces);
+    const auto table = dir / "cost_table.json";
+    auto costs = load_cost_table(table);
+    if (!costs) return unexpected(detail::whole_file_error(table.string(), costs.error()));
+    c.costs = std::move(*costs);
+    return c;
+  } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
+    return unexpected(corpus_error{dir.string(), "", fmt::format("cannot load the corpus: {}", e.what())});
   }
-  auto traces = load_traces(dir / "traces");
-  if (!traces) return unexpected(traces.error());
-  c.traces = std::move(*traces);
-  auto j = detail::read_json(dir / "cost_table.json");
-  if (!j) return unexpected(j.error());
-  auto costs = parse_cost_table(*j, (dir / "cost_table.json").string());
-  if (!costs) return unexpected(corpus_error{(dir / "cost_table.json").string(), "", costs.error().message});
-  c.costs = std::move(*costs);
-  return c;
 }
 
 }  // namespace replay
