@@ -26,7 +26,9 @@ export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 } > "$out/env.txt" 2>&1
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S "$repo" -B "$build" "${generator[@]}" -DSPECGEN_WERROR=ON -DCMAKE_PREFIX_PATH="$prefix/usr" \
+# SPECGEN_WERROR=OFF for measurement runs: the machine's g++ 13 warns where CI's g++ 12 does not
+# (count the warnings in build.log and fix them in the tree).
+cmake -S "$repo" -B "$build" "${generator[@]}" -DSPECGEN_WERROR="${SPECGEN_WERROR:-ON}" -DCMAKE_PREFIX_PATH="$prefix/usr" \
   -DCUDAToolkit_ROOT=/usr/local/cuda > "$out/configure.log" 2>&1 || { echo "configure failed"; tail -30 "$out/configure.log"; exit 1; }
 cmake --build "$build" -j"$(nproc)" > "$out/build.log" 2>&1 || { echo "build failed"; grep -E "error|warning" "$out/build.log" | head -40; exit 1; }
 echo "build ok (warnings: $(grep -c 'warning:' "$out/build.log"))"

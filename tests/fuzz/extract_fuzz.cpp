@@ -17,6 +17,8 @@
 ///   holds no complete candidate (a candidate there would be one after it);
 /// - fence_scanner and brace_tracker report the same events for the whole text
 ///   and for a random chunking of it, and fence spans are ordered and nested.
+#include "fuzz_support.hpp"
+
 #include <specgen/extract.hpp>
 #include <specgen/types.hpp>
 
@@ -37,23 +39,7 @@ using namespace specgen;
 
 std::string_view current_input;
 
-[[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "extract_fuzz: invariant broken: %s\ninput (%zu bytes, C-escaped, first 4000):\n\"", what,
-               current_input.size());
-  for (unsigned char c : current_input.substr(0, 4000)) {
-    if (c == '\n') std::fputs("\\n\"\n\"", stderr);
-    else if (c == '"' || c == '\\') std::fprintf(stderr, "\\%c", c);
-    else if (c < 0x20 || c >= 0x7f) std::fprintf(stderr, "\\x%02x\"\"", c);
-    else std::fputc(c, stderr);
-  }
-  std::fputs("\"\n", stderr);
-  std::abort();
-}
-
-#define FUZZ_CHECK(cond) \
-  do {                   \
-    if (!(cond)) fail(#cond); \
-  } while (0)
+[[noreturn]] void fail(const char* what) { fuzz::fail("extract_fuzz", what, current_input); }
 
 /// Chunk sizes derived from the input, so a libFuzzer reproducer replays exactly.
 std::vector<std::size_t> chunking_for(std::string_view text) {
@@ -234,55 +220,24 @@ const std::string_view dictionary[] = {
 
 class mutator {
  public:
-  explicit mutator(std::uint64_t seed) : rng_(seed) {}
+  explicit mutator(std::uint64_t seed) : m_(seed) {}
 
   std::string mutate(std::string s, const std::vector<std::string>& pool) {
-    const int rounds = 1 + static_cast<int>(below(4));
+    const int rounds = 1 + static_cast<int>(m_.below(4));
     for (int r = 0; r < rounds; ++r) {
-      switch (below(8)) {
-        case 0: {  // insert a dictionary token
-          s.insert(below(s.size() + 1), dictionary[below(std::size(dictionary))]);
-          break;
-        }
-        case 1:  // delete a range
-          if (!s.empty()) {
-            const std::size_t at = below(s.size());
-            s.erase(at, below(std::min<std::size_t>(s.size() - at, 64) + 1));
-          }
-          break;
-        case 2:  // duplicate a range elsewhere
-          if (!s.empty()) {
-            const std::size_t at = below(s.size());
-            const std::string piece = s.substr(at, below(256) + 1);
-            s.insert(below(s.size() + 1), piece);
-          }
-          break;
-        case 3: {  // splice with another input
-          const std::string& o = pool[below(pool.size())];
-          s = s.substr(0, below(s.size() + 1)) + o.substr(below(o.size() + 1));
-          break;
-        }
-        case 4:  // overwrite a byte
-          if (!s.empty()) s[below(s.size())] = static_cast<char>(below(256));
-          break;
-        case 5:  // truncate
-          s.resize(below(s.size() + 1));
-          break;
-        case 6: {  // swap line ends in a region
-          const std::size_t at = below(s.size() + 1);
-          for (std::size_t i = s.find('\n', at); i != std::string::npos && i < at + 512; i = s.find('\n', i + 2))
-            s.insert(i, "\r");
-          break;
-        }
-        case 7:  // repeat a region (long inputs, many blocks)
-          if (!s.empty() && s.size() < 16'384) {
-            const std::size_t at = below(s.size());
-            const std::string piece = s.substr(at, below(512) + 1);
-            std::string rep;
-            for (std::size_t k = below(64) + 2; k > 0; --k) rep += piece;
-            s.insert(at, rep);
-          }
-          break;
+      const std::size_t which = m_.below(fuzz::byte_mutator::generic_edits + 2);
+      if (which < fuzz::byte_mutator::generic_edits) {
+        m_.generic(s, which, dictionary, pool[m_.below(pool.size())]);
+      } else if (which == fuzz::byte_mutator::generic_edits) {  // swap line ends in a region
+        const std::size_t at = m_.below(s.size() + 1);
+        for (std::size_t i = s.find('\n', at); i != std::string::npos && i < at + 512; i = s.find('\n', i + 2))
+          s.insert(i, "\r");
+      } else if (!s.empty() && s.size() < 16'384) {  // repeat a region (long inputs, many blocks)
+        const std::size_t at = m_.below(s.size());
+        const std::string piece = s.substr(at, m_.below(512) + 1);
+        std::string rep;
+        for (std::size_t k = m_.below(64) + 2; k > 0; --k) rep += piece;
+        s.insert(at, rep);
       }
     }
     if (s.size() > 256 * 1024) s.resize(256 * 1024);
@@ -290,8 +245,7 @@ class mutator {
   }
 
  private:
-  std::size_t below(std::size_t n) { return n == 0 ? 0 : static_cast<std::size_t>(rng_() % n); }
-  std::mt19937_64 rng_;
+  fuzz::byte_mutator m_;
 };
 
 }  // namespace

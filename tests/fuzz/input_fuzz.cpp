@@ -24,6 +24,8 @@
 /// - every few inputs, the same text is read as a file through the file
 ///   loaders (load_task, load_traces, load_cost_table), which must agree with
 ///   the in-memory readers.
+#include "fuzz_support.hpp"
+
 #include <specgen/cost_table.hpp>
 #include <specgen/detail/files.hpp>
 #include <specgen/modes.hpp>
@@ -61,22 +63,8 @@ std::string_view current_input;
 kind current_kind = kind::task;
 
 [[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "input_fuzz: invariant broken: %s\nkind %s, input (%zu bytes, C-escaped, first 4000):\n\"", what,
-               kind_names[static_cast<int>(current_kind)].data(), current_input.size());
-  for (unsigned char c : current_input.substr(0, 4000)) {
-    if (c == '\n') std::fputs("\\n\"\n\"", stderr);
-    else if (c == '"' || c == '\\') std::fprintf(stderr, "\\%c", c);
-    else if (c < 0x20 || c >= 0x7f) std::fprintf(stderr, "\\x%02x\"\"", c);
-    else std::fputc(c, stderr);
-  }
-  std::fputs("\"\n", stderr);
-  std::abort();
+  fuzz::fail("input_fuzz", what, current_input, std::string("kind ") + std::string(kind_names[static_cast<int>(current_kind)]));
 }
-
-#define FUZZ_CHECK(cond) \
-  do {                   \
-    if (!(cond)) fail(#cond); \
-  } while (0)
 
 template <class T, class R>
 bool within(T v, const R& r) {
@@ -335,58 +323,28 @@ const std::string_view dictionary[] = {
 
 class mutator {
  public:
-  explicit mutator(std::uint64_t seed) : rng_(seed) {}
+  explicit mutator(std::uint64_t seed) : m_(seed) {}
 
   std::string mutate(std::string s, const std::vector<sample>& pool) {
-    const int rounds = 1 + static_cast<int>(below(4));
+    const int rounds = 1 + static_cast<int>(m_.below(4));
     for (int r = 0; r < rounds; ++r) {
-      switch (below(9)) {
-        case 0:  // insert a dictionary token
-          s.insert(below(s.size() + 1), dictionary[below(std::size(dictionary))]);
-          break;
-        case 1:  // delete a range
-          if (!s.empty()) {
-            const std::size_t at = below(s.size());
-            s.erase(at, below(std::min<std::size_t>(s.size() - at, 64) + 1));
-          }
-          break;
-        case 2:  // duplicate a range elsewhere
-          if (!s.empty()) {
-            const std::size_t at = below(s.size());
-            s.insert(below(s.size() + 1), s.substr(at, below(256) + 1));
-          }
-          break;
-        case 3: {  // splice with another input
-          const std::string& o = pool[below(pool.size())].text;
-          s = s.substr(0, below(s.size() + 1)) + o.substr(below(o.size() + 1));
-          break;
-        }
-        case 4:  // overwrite a byte
-          if (!s.empty()) s[below(s.size())] = static_cast<char>(below(256));
-          break;
-        case 5:  // truncate
-          s.resize(below(s.size() + 1));
-          break;
-        case 6:  // replace a number with an edge value: ranges are what this target checks
-        case 7: {
-          const std::size_t from = below(s.size() + 1);
-          const std::size_t at = s.find_first_of("0123456789", from);
-          if (at == std::string::npos) break;
-          const std::size_t end = s.find_first_not_of("0123456789.eE+-", at);
-          static constexpr std::string_view numbers[] = {"0", "1", "-1", "3", "64", "65", "1000000", "1e999", "1e-300",
-                                                         "1e10", "2147483647", "4294967296", "18446744073709551615",
-                                                         "0.05", "1e7", "9999", "10000", "255", "256"};
-          s.replace(at, end == std::string::npos ? std::string::npos : end - at, numbers[below(std::size(numbers))]);
-          break;
-        }
-        case 8:  // nest: wrap a region in an array (deep documents)
-          if (!s.empty() && s.size() < 65'536) {
-            const std::size_t at = below(s.size());
-            const std::size_t depth = below(80) + 1;
-            s.insert(at, std::string(depth, '['));
-            s.insert(std::min(s.size(), at + depth + below(32)), std::string(depth, ']'));
-          }
-          break;
+      const std::size_t which = m_.below(fuzz::byte_mutator::generic_edits + 3);
+      if (which < fuzz::byte_mutator::generic_edits) {
+        m_.generic(s, which, dictionary, pool[m_.below(pool.size())].text);
+      } else if (which < fuzz::byte_mutator::generic_edits + 2) {
+        // Replace a number with an edge value: ranges are what this target checks.
+        const std::size_t at = s.find_first_of("0123456789", m_.below(s.size() + 1));
+        if (at == std::string::npos) continue;
+        const std::size_t end = s.find_first_not_of("0123456789.eE+-", at);
+        static constexpr std::string_view numbers[] = {"0", "1", "-1", "3", "64", "65", "1000000", "1e999", "1e-300",
+                                                       "1e10", "2147483647", "4294967296", "18446744073709551615",
+                                                       "0.05", "1e7", "9999", "10000", "255", "256"};
+        s.replace(at, end == std::string::npos ? std::string::npos : end - at, numbers[m_.below(std::size(numbers))]);
+      } else if (!s.empty() && s.size() < 65'536) {  // nest: wrap a region in an array (deep documents)
+        const std::size_t at = m_.below(s.size());
+        const std::size_t depth = m_.below(80) + 1;
+        s.insert(at, std::string(depth, '['));
+        s.insert(std::min(s.size(), at + depth + m_.below(32)), std::string(depth, ']'));
       }
     }
     if (s.size() > 512 * 1024) s.resize(512 * 1024);
@@ -394,8 +352,7 @@ class mutator {
   }
 
  private:
-  std::size_t below(std::size_t n) { return n == 0 ? 0 : static_cast<std::size_t>(rng_() % n); }
-  std::mt19937_64 rng_;
+  fuzz::byte_mutator m_;
 };
 
 /// Aborts when one input takes longer than `limit`: a hang is a bug too.

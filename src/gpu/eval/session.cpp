@@ -2,6 +2,7 @@
 // profiler's decisions live here; the kernels run in the worker, every
 // comparison that decides a verdict runs in this process.
 #include "internal.hpp"
+#include "../common/companion.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
 
@@ -90,19 +91,11 @@ expected<timing_side, std::string> decode_side(const json& j, std::string_view w
 }  // namespace
 
 std::string find_worker_program(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  if (const char* env = std::getenv("SPECGEN_WORKER"); env && *env) return env;
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const auto beside = self.parent_path() / "specgen-worker";
-    if (std::filesystem::is_regular_file(beside, ec)) return beside.string();
-  }
-#ifdef SPECGEN_INSTALLED_WORKER
-  // An installed specgen used from another program: the installed worker.
-  if (std::filesystem::is_regular_file(SPECGEN_INSTALLED_WORKER, ec)) return SPECGEN_INSTALLED_WORKER;
+#ifndef SPECGEN_INSTALLED_WORKER
+#define SPECGEN_INSTALLED_WORKER ""
 #endif
-  return SPECGEN_DEFAULT_WORKER;
+  return detail::find_companion_program(configured, "SPECGEN_WORKER", "specgen-worker", SPECGEN_INSTALLED_WORKER,
+                                        SPECGEN_DEFAULT_WORKER);
 }
 
 struct device_session::state {

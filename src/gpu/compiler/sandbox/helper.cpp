@@ -1,6 +1,7 @@
 #include "helper.hpp"
 
 #include "wire.hpp"
+#include "../../common/companion.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -56,18 +57,11 @@ char* helper_environment[] = {const_cast<char*>("CUDA_CACHE_DISABLE=1"), const_c
 }  // namespace
 
 std::string find_nvrtc_helper(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  if (const char* env = std::getenv("SPECGEN_NVRTC_HELPER"); env && *env) return env;
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const auto beside = self.parent_path() / "specgen-nvrtc";
-    if (std::filesystem::is_regular_file(beside, ec)) return beside.string();
-  }
-#ifdef SPECGEN_INSTALLED_NVRTC_HELPER
-  if (std::filesystem::is_regular_file(SPECGEN_INSTALLED_NVRTC_HELPER, ec)) return SPECGEN_INSTALLED_NVRTC_HELPER;
+#ifndef SPECGEN_INSTALLED_NVRTC_HELPER
+#define SPECGEN_INSTALLED_NVRTC_HELPER ""
 #endif
-  return SPECGEN_DEFAULT_NVRTC_HELPER;
+  return find_companion_program(configured, "SPECGEN_NVRTC_HELPER", "specgen-nvrtc", SPECGEN_INSTALLED_NVRTC_HELPER,
+                                SPECGEN_DEFAULT_NVRTC_HELPER);
 }
 
 expected<std::unique_ptr<nvrtc_helper>, compile_failure> nvrtc_helper::start(const helper_config& config) {

@@ -1,3 +1,5 @@
+#include "support.hpp"
+
 #include <specgen/gpu/compiler.hpp>
 
 #include <catch2/catch.hpp>
@@ -27,24 +29,8 @@ extern "C" __global__ void vector_add(const float* a, const float* b, float* c, 
 }
 )";
 
-/// Tests that need NVRTC say so and pass vacuously on machines without it.
-bool nvrtc_ready() {
-  auto v = gpu::compiler::nvrtc_version();
-  if (!v) WARN("NVRTC not available, skipping: " << v.error().message);
-  return v.has_value();
-}
-
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() /
-                  ("specgen-nvrtc-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  temp_dir(const temp_dir&) = delete;  // owns the directory
-  temp_dir& operator=(const temp_dir&) = delete;
-};
+using specgen::gpu::testing::nvrtc_ready;
+using specgen::gpu::testing::temp_dir;
 
 /// Where the disk cache keeps `key`'s entry.
 fs::path entry_file(const fs::path& dir, const std::string& key) { return dir / key.substr(0, 2) / (key + ".entry"); }

@@ -2,6 +2,8 @@
 // headers and the caller's include dirs, and nothing else of the host. Each
 // layer (the empty environment, the file guard, Landlock) is shown to hold on
 // its own, through wrapper scripts standing in for the helper program.
+#include "support.hpp"
+
 #include <specgen/gpu/compiler.hpp>
 
 #include <catch2/catch.hpp>
@@ -27,23 +29,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool nvrtc_ready() {
-  auto v = gpu::compiler::nvrtc_version();
-  if (!v) WARN("NVRTC not available, skipping: " << v.error().message);
-  return v.has_value();
-}
-
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() /
-                  ("specgen-sandbox-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  temp_dir(const temp_dir&) = delete;  // owns the directory
-  temp_dir& operator=(const temp_dir&) = delete;
-};
+using specgen::gpu::testing::nvrtc_ready;
+using specgen::gpu::testing::temp_dir;
 
 void write_file(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
