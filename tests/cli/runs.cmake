@@ -17,7 +17,8 @@ function(resume_refused name what)
     COMMAND ${run} --tasks 1 --rounds 1 --out ${work}/runs_base --quiet --resume ${ARGN}
     EXIT 2
     EXPECT "cannot resume from .*runs_base/journal.jsonl: the journal is of another run.*${what}.*the run started with, or run without --resume into a new --out")
-  set_tests_properties(cli.resume_refuses_${name} PROPERTIES FIXTURES_REQUIRED runs_base)
+  # One at a time: each takes runs_base's output-directory lock, and a second would be refused for that.
+  set_tests_properties(cli.resume_refuses_${name} PROPERTIES FIXTURES_REQUIRED runs_base RESOURCE_LOCK runs_base)
 endfunction()
 resume_refused(other_seed "seed 1 vs 2" --seed 2)
 resume_refused(other_mode "config /trigger" --mode sequential)
