@@ -19,7 +19,7 @@
 ///   loop.run();  // returns once every job has finished
 /// @endcode
 ///
-/// Rules, in the paper's terms (PAPER.md, mechanism 4):
+/// Rules, in the paper's terms (the SpecGen paper's elastic scheduler):
 /// - one job per device; validation jobs go to devices whose role is
 ///   validation, profiling jobs to profiling devices;
 /// - validation is served in the policy's order (LIFO in the paper), profiling

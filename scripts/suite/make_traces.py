@@ -12,7 +12,7 @@ counts tokens with the project's rule (literal text: 1 token per 4 bytes, rounde
 include/specgen/replay/trace.hpp, estimate_tokens), places every fork
 point at the token where a trigger fires (the closing brace of a draft's first __global__ body,
 or the end of the sentence that holds a design decision or an implementation hint), checks the
-calibration (docs/trace-format.md, DESIGN.md "Calibration of the replay model") and writes
+calibration (docs/trace-format.md, docs/replay-model.md "Calibration") and writes
 tasks/suite/traces/<task>.json in the specgen-trace/1 format. Python 3 standard library only.
 
 Authoring format (one file per task, UTF-8):
@@ -71,7 +71,7 @@ OUT = SUITE / "traces"
 
 # ---- the project's constants -------------------------------------------------------------------
 
-# DESIGN.md, "Calibration of the replay model"; docs/replay-model.md (the generator's defaults).
+# docs/replay-model.md, "Calibration" (the generator's defaults).
 MIN_TOKENS, MAX_TOKENS = 4000, 32000
 TTW_MIN_TOKENS = 11000
 FIRST_KERNEL = (0.06, 0.32)

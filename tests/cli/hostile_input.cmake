@@ -29,37 +29,25 @@ hostile_config(empty_phrase "{\"trigger\": {\"design_decision\": {\"phrases\": [
 hostile_config(sets_trigger "{\"trigger\": {\"fence_closed\": {\"samples\": 2}}, \"budget\": {\"max_rounds\": 2}}")
 hostile_config(huge_number "{\"seed\": 1e999}")
 
+# Each config is refused before any search runs, with the message given.
+function(hostile_config_refused name expect)
+  specgen_cli_test(hostile_config_${name}
+    COMMAND ${run} --config ${hostile}/${name}.json --tasks 1 --out ${hostile}/out/hostile_config_${name}
+    EXIT 2 EXPECT "${expect}")
+endfunction()
 # A config nested 100,000 deep once crashed the parser's callers (and 20,000 deep ran for a minute).
-specgen_cli_test(hostile_config_any_of_100000
-  COMMAND ${run} --config ${hostile}/any_of_100000.json --out ${hostile}/out/hostile_config_any_of_100000
-  EXIT 2 EXPECT "any_of_100000.json: arrays and objects are nested more than 64 levels deep")
-specgen_cli_test(hostile_config_any_of_20
-  COMMAND ${run} --config ${hostile}/any_of_20.json --out ${hostile}/out/hostile_config_any_of_20
-  EXIT 2 EXPECT "any_of is nested more than 16 levels deep; flatten")
+hostile_config_refused(any_of_100000 "any_of_100000.json: arrays and objects are nested more than 64 levels deep")
+hostile_config_refused(any_of_20 "any_of is nested more than 16 levels deep; flatten")
 # 1e10 s overflowed the deadline: every search ended at t = 0, with exit status 0.
-specgen_cli_test(hostile_config_max_seconds_1e10
-  COMMAND ${run} --config ${hostile}/max_seconds_1e10.json --tasks 1 --out ${hostile}/out/hostile_config_max_seconds_1e10
-  EXIT 2 EXPECT "budget.max_seconds: must be a number in \\[0.001, 10000000\\], or 0 for none")
+hostile_config_refused(max_seconds_1e10 "budget.max_seconds: must be a number in \\[0.001, 10000000\\], or 0 for none")
 # Sizes of 10^6 to 2^31 ended in std::bad_alloc.
-specgen_cli_test(hostile_config_seeds_1e6
-  COMMAND ${run} --config ${hostile}/seeds_1e6.json --tasks 1 --out ${hostile}/out/hostile_config_seeds_1e6
-  EXIT 2 EXPECT "strategy parallel.seeds: must be an integer in \\[1, 256\\], got 1000000")
-specgen_cli_test(hostile_config_samples_2e9
-  COMMAND ${run} --config ${hostile}/samples_2e9.json --tasks 1 --out ${hostile}/out/hostile_config_samples_2e9
-  EXIT 2 EXPECT "fence_closed.samples: must be an integer in \\[1, 64\\]")
-specgen_cli_test(hostile_config_population_1e9
-  COMMAND ${run} --config ${hostile}/population_1e9.json --tasks 1 --out ${hostile}/out/hostile_config_population_1e9
-  EXIT 2 EXPECT "evolve.population: must be an integer in \\[1, 100000\\]")
+hostile_config_refused(seeds_1e6 "strategy parallel.seeds: must be an integer in \\[1, 256\\], got 1000000")
+hostile_config_refused(samples_2e9 "fence_closed.samples: must be an integer in \\[1, 64\\]")
+hostile_config_refused(population_1e9 "evolve.population: must be an integer in \\[1, 100000\\]")
 # An epoch of a nanosecond never let the run end.
-specgen_cli_test(hostile_config_interval_1e-9
-  COMMAND ${run} --config ${hostile}/interval_1e-9.json --tasks 1 --out ${hostile}/out/hostile_config_interval_1e-9
-  EXIT 2 EXPECT "pool.elastic.interval_s: must be a number in \\[0.1, 86400\\], or 0 for never")
-specgen_cli_test(hostile_config_empty_phrase
-  COMMAND ${run} --config ${hostile}/empty_phrase.json --tasks 1 --out ${hostile}/out/hostile_config_empty_phrase
-  EXIT 2 EXPECT "phrases\\[0\\] is empty")
-specgen_cli_test(hostile_config_huge_number
-  COMMAND ${run} --config ${hostile}/huge_number.json --tasks 1 --out ${hostile}/out/hostile_config_huge_number
-  EXIT 2 EXPECT "huge_number.json: not valid JSON: .*1e999")
+hostile_config_refused(interval_1e-9 "pool.elastic.interval_s: must be a number in \\[0.1, 86400\\], or 0 for never")
+hostile_config_refused(empty_phrase "phrases\\[0\\] is empty")
+hostile_config_refused(huge_number "huge_number.json: not valid JSON: .*1e999")
 # --mode sequential with a config that sets a trigger printed "sequential" and ran forks.
 specgen_cli_test(hostile_mode_contradicts_config
   COMMAND ${run} --mode sequential --config ${hostile}/sets_trigger.json --tasks 1 --out ${hostile}/out/hostile_mode_contradicts_config

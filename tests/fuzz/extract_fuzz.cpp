@@ -251,24 +251,10 @@ class mutator {
 }  // namespace
 
 int main(int argc, char** argv) {
-  double seconds = 0;
-  std::uint64_t iterations = 0, seed = 1;
-  std::vector<std::string> files;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if ((a == "--seconds" || a == "--iterations" || a == "--seed") && i + 1 < argc) {
-      const char* v = argv[++i];
-      if (a == "--seconds") seconds = std::strtod(v, nullptr);
-      else if (a == "--iterations") iterations = std::strtoull(v, nullptr, 10);
-      else seed = std::strtoull(v, nullptr, 10);
-    } else if (a.starts_with("--")) {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--iterations N] [--seed X] [FILE...]\n", argv[0]);
-      return 2;
-    } else {
-      files.emplace_back(a);
-    }
-  }
-  if (seconds <= 0 && iterations == 0) iterations = 10'000;
+  const auto options = fuzz::parse_driver_options(argc, argv, {}, "FILE");
+  if (!options) return 2;
+  const auto [seconds, given_iterations, seed, extra, files] = *options;
+  const std::uint64_t iterations = seconds <= 0 && given_iterations == 0 ? 10'000 : given_iterations;
 
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);

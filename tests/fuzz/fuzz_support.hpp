@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace specgen::fuzz {
 
@@ -27,6 +30,44 @@ namespace specgen::fuzz {
   }
   std::fputs("\"\n", stderr);
   std::abort();
+}
+
+/// A standalone driver's command line:
+///   [--seconds S] [--iterations N] [--seed X] [--NAME VALUE for each of `extra`] [FILE...]
+struct driver_options {
+  double seconds = 0;
+  std::uint64_t iterations = 0;
+  std::uint64_t seed = 1;
+  std::map<std::string, std::string, std::less<>> extra{};  ///< by name without "--"
+  std::vector<std::string> files{};
+};
+
+/// The options, or nothing after printing the usage line (an unknown option).
+inline std::optional<driver_options> parse_driver_options(int argc, char** argv, std::span<const std::string_view> extra,
+                                                          std::string_view files_usage) {
+  driver_options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    const bool named = a.starts_with("--");
+    const std::string_view name = named ? a.substr(2) : a;
+    const bool known_extra = std::find(extra.begin(), extra.end(), name) != extra.end();
+    if (named && (name == "seconds" || name == "iterations" || name == "seed" || known_extra) && i + 1 < argc) {
+      const char* v = argv[++i];
+      if (name == "seconds") o.seconds = std::strtod(v, nullptr);
+      else if (name == "iterations") o.iterations = std::strtoull(v, nullptr, 10);
+      else if (name == "seed") o.seed = std::strtoull(v, nullptr, 10);
+      else o.extra[std::string(name)] = v;
+    } else if (named) {
+      std::string more;
+      for (auto e : extra) more += " [--" + std::string(e) + " VALUE]";
+      std::fprintf(stderr, "usage: %s [--seconds S] [--iterations N] [--seed X]%s [%.*s...]\n", argv[0], more.c_str(),
+                   static_cast<int>(files_usage.size()), files_usage.data());
+      return std::nullopt;
+    } else {
+      o.files.emplace_back(a);
+    }
+  }
+  return o;
 }
 
 /// The mutations every target uses; a target adds its own beside them.

@@ -386,30 +386,17 @@ class watchdog {
 }  // namespace
 
 int main(int argc, char** argv) {
-  double seconds_total = 0;
-  std::uint64_t iterations = 0, seed = 1;
   fs::path source;
 #ifdef SPECGEN_SOURCE_DIR
   source = SPECGEN_SOURCE_DIR;
 #endif
   if (const char* env = std::getenv("SPECGEN_SOURCE_DIR"); env && *env) source = env;
-  std::vector<std::string> files;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if ((a == "--seconds" || a == "--iterations" || a == "--seed" || a == "--source") && i + 1 < argc) {
-      const char* v = argv[++i];
-      if (a == "--seconds") seconds_total = std::strtod(v, nullptr);
-      else if (a == "--iterations") iterations = std::strtoull(v, nullptr, 10);
-      else if (a == "--source") source = v;
-      else seed = std::strtoull(v, nullptr, 10);
-    } else if (a.starts_with("--")) {
-      std::fprintf(stderr, "usage: %s [--seconds S] [--iterations N] [--seed X] [--source DIR] [KIND:FILE...]\n", argv[0]);
-      return 2;
-    } else {
-      files.emplace_back(a);
-    }
-  }
-  if (seconds_total <= 0 && iterations == 0) iterations = 2'000;
+  static constexpr std::string_view extra[] = {"source"};
+  const auto options = fuzz::parse_driver_options(argc, argv, extra, "KIND:FILE");
+  if (!options) return 2;
+  const auto& [seconds_total, given_iterations, seed, named, files] = *options;
+  if (auto it = named.find("source"); it != named.end()) source = it->second;
+  const std::uint64_t iterations = seconds_total <= 0 && given_iterations == 0 ? 2'000 : given_iterations;
 
   watchdog dog(5.0);
   for (const auto& f : files) {

@@ -41,7 +41,7 @@ const fs::path test_dir = SPECGEN_GPU_TEST_DIR;
 const fs::path tasks_dir = test_dir / "tasks";
 const fs::path corpus_dir = test_dir / "corpus";
 
-/// The attack groups of PAPER.md ("What the evaluator must resist") plus the
+/// The attack groups the SpecGen paper lists plus the
 /// crash/plan/race/guard/NaN cases and the kernels that must pass; every
 /// corpus entry names one, and each must be covered.
 const std::vector<std::string> attack_groups{

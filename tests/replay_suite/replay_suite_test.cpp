@@ -3,7 +3,7 @@
 //
 // Checked: every trace file loads with the project's loader; every task of tasks/suite/tasks has
 // rounds 0, 1, 2, ...; both reasoning styles occur and
-// keep the calibrated statistics (DESIGN.md, "Calibration of the replay model"); every kernel in
+// keep the calibrated statistics (docs/replay-model.md, "Calibration"); every kernel in
 // a fence -- in the reasoning, in a final answer or in a fork sample -- is byte for byte the source
 // of one of the task's candidates (tasks/suite/candidates/<task>/), found the way the engine finds
 // it (extract_candidate); every fork point sits on a token where a text trigger fires; later rounds

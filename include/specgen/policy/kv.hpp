@@ -350,7 +350,7 @@ struct host_tier {
 };
 
 /// Spare memory of the validation/profiling GPUs. 395 GB/s: GPU-to-GPU copies
-/// on an H200 pair for large transfers (PAPER.md; small per-block copies reach
+/// on an H200 pair for large transfers (the SpecGen paper; small per-block copies reach
 /// only 1-11 GB/s, hence the one batched transfer). The paper does not give
 /// the budget: 32 GiB per store (an H200 has 141 GB and evaluating kernels
 /// uses little of it) and 10 us per transfer are this project's choices.

@@ -4,7 +4,7 @@
 ///
 /// The device scheduler (scheduler.hpp) asks its policy once per epoch how many
 /// of its devices validate; the rest profile. The paper's elastic scheduler
-/// (PAPER.md, mechanism 4) splits in proportion to the previous epoch's peak
+/// (SpecGen, arXiv 2606.17518) splits in proportion to the previous epoch's peak
 /// queue lengths and serves validation latest-arrival-first. Split and order are
 /// independent knobs, so the ablation ladder is three configurations:
 ///

@@ -38,10 +38,10 @@ namespace replay {
 /// The timing model's constants. Where a value comes from is said per field;
 /// "chosen" means no source gives it and the value is a plausible default.
 struct replay_params {
-  /// Decode speed of one stream alone: PAPER.md "Serving facts", 60-80 tokens/s
+  /// Decode speed of one stream alone: the SpecGen paper, 60-80 tokens/s
   /// per stream for large reasoning models on an H200 (middle of the range).
   double decode_tokens_per_s = 70.0;
-  /// Prompt processing speed: PAPER.md, recomputing a 16K-token prefix takes
+  /// Prompt processing speed: the SpecGen paper, recomputing a 16K-token prefix takes
   /// 1.5-2.5 s on one GPU, i.e. 6.4K-10.7K tokens/s (about the middle).
   double prefill_tokens_per_s = 8000.0;
   /// Fixed part of the time to first token (scheduling, HTTP round trip). Chosen.
@@ -56,7 +56,7 @@ struct replay_params {
   int chunk_tokens = 16;
   /// Fraction of a fork's prefix (prompt + reasoning prefix) the server's own
   /// prefix cache holds: 1.0 = vLLM reuses the running request's blocks
-  /// (PAPER.md); lower it to model a limited memory budget.
+  /// (the SpecGen paper); lower it to model a limited memory budget.
   double server_prefix_hit = 1.0;
   /// Tokens a fork appends after the prefix (end-of-thinking + answer cue),
   /// always prefilled. Chosen.

@@ -43,7 +43,7 @@ namespace replay {
 /// The `"format"` value of trace files this version reads and writes.
 inline constexpr std::string_view trace_format = "specgen-trace/1";
 
-/// How the recorded model reasoned (see DESIGN.md, "Calibration of the replay model").
+/// How the recorded model reasoned (docs/replay-model.md, "Calibration").
 enum class trace_style : std::uint8_t {
   draft_early,       ///< a complete kernel early, rewritten in code fences all along
   think_then_write,  ///< long prose without fences; the kernel only in the answer

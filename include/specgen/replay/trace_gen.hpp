@@ -1,7 +1,7 @@
 #pragma once
 /// The procedural trace generator: a corpus of tasks, reasoning traces and a
-/// cost table, with statistics calibrated on published measurements (DESIGN.md,
-/// "Calibration of the replay model"), for scale tests and as the default
+/// cost table, with statistics calibrated on published measurements (docs/replay-model.md,
+/// "Calibration"), for scale tests and as the default
 /// corpus of the examples. Deterministic in the seed.
 ///
 /// @code
@@ -47,7 +47,7 @@ using corpus_error = trace_error;
 
 // ---- the generator -----------------------------------------------------------------
 
-/// The generator's statistics. Ranges from DESIGN.md are marked so; the rest is chosen.
+/// The generator's statistics. Ranges from published measurements (docs/replay-model.md, "Calibration") are marked so; the rest is chosen.
 struct corpus_params {
   int tasks = 6;
   int rounds = 10;
@@ -55,28 +55,28 @@ struct corpus_params {
   /// Kernel families to draw tasks from, cycling: vector_add, gelu, softmax,
   /// row_sum, matmul, transpose. Empty: all of them.
   std::vector<std::string> families{};
-  /// DESIGN.md: reasoning of 4K-32K tokens.
+  /// Published: reasoning of 4K-32K tokens.
   std::uint64_t min_reasoning_tokens = 4000;
   std::uint64_t max_reasoning_tokens = 32000;
-  /// DESIGN.md: think-then-write traces reason over 11K tokens without fences.
+  /// Published: think-then-write traces reason over 11K tokens without fences.
   std::uint64_t think_then_write_min_tokens = 11000;
   /// Share of draft-early traces. Chosen: both styles equally.
   double draft_early_share = 0.5;
-  /// DESIGN.md: a complete kernel first appears at 6-32% of a draft-early trace, median 12%.
+  /// Published: a complete kernel first appears at 6-32% of a draft-early trace, median 12%.
   double first_kernel_min = 0.06;
   double first_kernel_median = 0.12;
   double first_kernel_max = 0.32;
-  /// DESIGN.md: 58-79% of draft-early reasoning is inside code fences.
+  /// Published: 58-79% of draft-early reasoning is inside code fences.
   double fenced_share_min = 0.58;
   double fenced_share_max = 0.79;
-  /// DESIGN.md: a kernel better than the history's mean first becomes
+  /// Published: a kernel better than the history's mean first becomes
   /// extractable at 14-70% of a trace. The history here is every valid final
   /// answer of the task's earlier rounds (all lanes); speedup 1.0 when empty.
   double good_kernel_min = 0.14;
   double good_kernel_max = 0.70;
   /// Probability that a kernel forked at the very start / very end of the
   /// reasoning fails validation, and that a final answer fails. Chosen so that
-  /// about 60% of all candidates fail (PAPER.md, DESIGN.md).
+  /// about 60% of all candidates fail (the SpecGen paper).
   double fail_early = 0.95;
   double fail_late = 0.52;
   double final_fail = 0.50;
@@ -95,7 +95,7 @@ struct corpus_params {
   /// Evaluation cost of a correct kernel: validation on every shape and seed,
   /// and the profiler's metric passes (the paper profiles with Nsight Compute,
   /// whose replay passes take seconds per kernel). Chosen so that evaluation
-  /// is roughly 5-20% of a sequential iteration, as PAPER.md's "generation is
+  /// is roughly 5-20% of a sequential iteration, as the SpecGen paper's "generation is
   /// 70-99% of each iteration" implies; the H200 calibration replaces them.
   double validate_s_min = 0.5;
   double validate_s_max = 3.0;
@@ -456,7 +456,7 @@ inline std::string fenced(const rendered_kernel& k) {
 }
 
 // Revision markers are followed by a fence within a few dozen characters
-// (DESIGN.md), so each ends the line right before the fence.
+// (published measurements), so each ends the line right before the fence.
 inline constexpr std::array<std::string_view, 6> revision_markers{
     "Actually, a different block size is better here:\n",
     "Actually, the loads can be organised better:\n",
@@ -473,7 +473,7 @@ inline constexpr std::array<std::string_view, 8> filler_topics{
 };
 
 /// Design decisions and implementation hints, the only fork points of a
-/// think-then-write trace (PAPER.md: the triggers that carry speculation there).
+/// think-then-write trace (the SpecGen paper: the triggers that carry speculation there).
 inline constexpr std::array<std::string_view, 10> decision_templates{
     "I'll use a tiled approach with $Tx$T tiles, so each block computes one output tile.",
     "Each block handles one row, and each thread computes $I elements with a stride of the block size.",

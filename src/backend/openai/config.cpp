@@ -15,13 +15,13 @@
 SPECGEN_BEGIN_NAMESPACE
 namespace openai {
 
-namespace {
-
-std::string lower(std::string_view s) {
+std::string ascii_lowercase(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
+
+namespace {
 
 template <std::size_t N>
 bool one_of(std::string_view v, const std::array<std::string_view, N>& options) {
@@ -99,7 +99,7 @@ expected<model_preset, error> find_preset(std::string_view name) {
 }
 
 const model_preset& preset_for_model(std::string_view model) {
-  const std::string m = lower(model);
+  const std::string m = ascii_lowercase(model);
   const auto& all = builtin_presets();
   for (const auto& p : all)
     for (const auto& s : p.match)

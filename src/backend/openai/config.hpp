@@ -14,6 +14,9 @@ namespace openai {
 /// `c.family`'s overrides applied; errors name the bad field.
 [[nodiscard]] expected<model_preset, error> resolve_family(const openai_config& c);
 
+/// `s` with ASCII letters in lower case (model names, parameter names).
+[[nodiscard]] std::string ascii_lowercase(std::string_view s);
+
 /// The server root: trailing slashes and a trailing "/v1" removed.
 [[nodiscard]] std::string normalized_base_url(std::string_view url);
 

@@ -1,6 +1,8 @@
 // Credentials out of URLs and messages (see redact.hpp).
 #include "redact.hpp"
 
+#include "config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -12,16 +14,10 @@ namespace {
 
 constexpr std::string_view hidden = "***";
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 /// A query or fragment parameter whose value is a credential by its name:
 /// api_key, key, access_token, token, secret, password, auth, sig, ...
 bool secret_name(std::string_view name) {
-  const std::string n = lower(name);
+  const std::string n = ascii_lowercase(name);
   for (std::string_view part : {"key", "token", "secret", "passw", "auth", "credential", "signature"})
     if (n.find(part) != std::string::npos) return true;
   return n == "sig" || n == "pwd" || n == "pass";
@@ -214,7 +210,7 @@ std::string scrubber::clean(std::string_view text) const {
   // Any URL in the text, also one the server wrote: its credentials go.
   std::string out;
   out.reserve(s.size());
-  const std::string low = lower(s);
+  const std::string low = ascii_lowercase(s);
   std::size_t i = 0;
   while (i < s.size()) {
     const std::size_t h = std::min(low.find("http://", i), low.find("https://", i));
