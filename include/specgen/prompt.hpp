@@ -11,10 +11,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
 
@@ -29,6 +31,56 @@ struct candidate_record {
   [[nodiscard]] bool profiled() const noexcept { return valid() && eval->timing.has_value(); }
   [[nodiscard]] double speedup() const noexcept { return profiled() ? eval->timing->speedup : 0.0; }
 };
+
+/// A short, stable name for a kernel in prompts: "k" and 8 hex digits of its
+/// content hash (source and plan). The same kernel gets the same tag in every
+/// round and every run, so a model (or a stand-in server) can tell which of
+/// its kernels a verdict is about.
+inline std::string kernel_tag(const candidate& c) {
+  const std::uint64_t h = c.content_hash();
+  return fmt::format("k{:08x}", static_cast<std::uint32_t>(h ^ (h >> 32)));
+}
+
+/// One kernel a prompt reports on: its tag and the verdict word of its heading
+/// (a verdict name, or "pending" / "not_evaluated").
+struct reported_kernel {
+  std::string tag{};
+  std::string verdict{};
+  friend bool operator==(const reported_kernel&, const reported_kernel&) = default;
+};
+
+/// The heading the default prompt builder gives each kernel it reports on:
+/// `### Kernel <tag> [<verdict>]`, followed on the same line by where the
+/// kernel came from. `reported_kernels` reads these headings back.
+inline std::string kernel_heading(std::string_view tag, std::string_view verdict_word) {
+  return fmt::format("### Kernel {} [{}]", tag, verdict_word);
+}
+
+/// The kernels a prompt reports on, in order of appearance: every line that
+/// starts with a `kernel_heading`. For a program on the other side of the
+/// wire (a stand-in model) that reacts to feedback; a prompt builder of a
+/// host's own need not use these headings.
+inline std::vector<reported_kernel> reported_kernels(std::string_view prompt) {
+  std::vector<reported_kernel> out;
+  constexpr std::string_view lead = "### Kernel k";
+  std::size_t pos = 0;
+  while (pos < prompt.size()) {
+    std::size_t eol = prompt.find('\n', pos);
+    if (eol == std::string_view::npos) eol = prompt.size();
+    const std::string_view line = prompt.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (!line.starts_with(lead) || line.size() < lead.size() + 8 + 3) continue;
+    const std::string_view tag = line.substr(lead.size() - 1, 9);
+    if (!std::all_of(tag.begin() + 1, tag.end(), [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); }))
+      continue;
+    std::string_view rest = line.substr(lead.size() + 8);
+    if (!rest.starts_with(" [")) continue;
+    const std::size_t close = rest.find(']');
+    if (close == std::string_view::npos) continue;
+    out.push_back({std::string(tag), std::string(rest.substr(2, close - 2))});
+  }
+  return out;
+}
 
 /// Knobs of the rendered prompt.
 struct prompt_params {
