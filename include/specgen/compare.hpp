@@ -94,6 +94,7 @@ inline comparison compare_elements(const tensor_spec& out, std::span<const std::
   c.stats.total = n;
   const double inf = std::numeric_limits<double>::infinity();
   const bool exact = !is_float(out.type);
+  double worst_err = 0;
   for (std::size_t i = 0; i < n; ++i) {
     double abs_err = 0, rel_err = 0;
     bool bad = false;
@@ -121,6 +122,13 @@ inline comparison compare_elements(const tensor_spec& out, std::span<const std::
     if (bad) {
       if (c.stats.first_indices.size() < static_cast<std::size_t>(std::max(max_indices, 0)))
         c.stats.first_indices.push_back(i);
+      if (c.stats.count == 0 || abs_err > worst_err) {
+        worst_err = abs_err;
+        c.stats.worst_index = i;
+        c.stats.worst_got = exact ? static_cast<double>(load_int(out.type, got, i)) : load_double(out.type, got, i);
+        c.stats.worst_want = exact ? static_cast<double>(load_int(out.type, want, i)) : load_double(out.type, want, i);
+      }
+      if (!exact && std::isnan(load_double(out.type, got, i))) ++c.stats.nans;
       ++c.stats.count;
     }
   }
@@ -261,9 +269,19 @@ inline comparison compare_outputs_parallel(const tensor_spec& out, std::span<con
   c.stats.output = out.name;
   c.stats.shape = std::move(shape_text);
   detail::degeneracy_summary all;
+  double worst_err = 0;
   for (std::size_t k = 0; k < parts; ++k) {
     const auto& p = pieces[k].stats;
     const std::size_t first = firsts[k];
+    const double piece_worst = std::isfinite(p.worst_got - p.worst_want) ? std::abs(p.worst_got - p.worst_want)
+                                                                          : std::numeric_limits<double>::infinity();
+    if (p.count > 0 && (c.stats.count == 0 || piece_worst > worst_err)) {
+      worst_err = piece_worst;
+      c.stats.worst_index = p.worst_index + first;
+      c.stats.worst_got = p.worst_got;
+      c.stats.worst_want = p.worst_want;
+    }
+    c.stats.nans += p.nans;
     c.stats.total += p.total;
     c.stats.count += p.count;
     c.stats.max_abs = std::max(c.stats.max_abs, p.max_abs);

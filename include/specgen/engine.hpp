@@ -102,6 +102,7 @@ struct engine_config {
   int max_streams = 0;                      ///< 0: the backend's limit
   bool cancel_running_at_round_end = false; ///< also stop running (not only queued) stale jobs
   bool extract_inline_code = true;          ///< forks of think-then-write traces may answer without fences
+  any_prompt_builder prompt{};              ///< renders each lane's prompt and gives the system prompt
 };
 
 /// The configuration as JSON: what `config_from_json` (modes.hpp) reads back,
@@ -118,7 +119,8 @@ inline nlohmann::json to_json(const engine_config& c) {
           {"fork_sampling", c.fork_sampling},
           {"max_streams", c.max_streams},
           {"cancel_running_at_round_end", c.cancel_running_at_round_end},
-          {"extract_inline_code", c.extract_inline_code}};
+          {"extract_inline_code", c.extract_inline_code},
+          {"prompt", c.prompt.config()}};
 }
 
 /// Live state of one search, for progress displays.
@@ -149,6 +151,9 @@ struct search_result {
   /// `profiled`: kernels this search profiled itself; a copy of a kernel profiled
   /// before (or being profiled) counts in `reused` instead.
   int compiled_ok = 0, validated_ok = 0, profiled = 0, cancelled = 0, reused = 0, terminations = 0;
+  /// Candidates the evaluator could not judge (no verdict recorded; the
+  /// journal's cancel record says why). Counted in `cancelled` too.
+  int unjudged = 0;
   /// Reasoning streams that could not start or ended with an error, and forks
   /// whose request failed or a sample of which ended with one.
   int stream_failures = 0;
@@ -298,6 +303,7 @@ class engine final : private stream_sink {
     int first_round = 0;
     std::vector<lane_rt> lanes;
     std::vector<candidate_record> records;
+    std::vector<extract_miss> misses;    ///< answers without a kernel, for the next prompts
     std::vector<double> history;         ///< speedups of profiled kernels, arrival order
     std::set<stream_id> forks;           ///< this search's generating forks
     std::set<candidate_id> pending_main; ///< main-stream candidates of the round without a verdict
@@ -526,7 +532,7 @@ void engine<B, E, C>::start_round(search_rt& s) {
   ++s.round;
   s.round_open = true;
   s.res.rounds = s.round + 1;
-  const search_view view{.for_task = s.t.get(), .round = s.round, .records = s.records, .seed = s.seed};
+  const search_view view{.for_task = s.t.get(), .round = s.round, .records = s.records, .seed = s.seed, .misses = s.misses};
   auto plans = cfg_.strategy.plan_round(view);
   s.lanes.clear();
   s.pending_main.clear();
@@ -534,7 +540,7 @@ void engine<B, E, C>::start_round(search_rt& s) {
   for (auto& p : plans) {
     lane_rt l;
     l.lane = p.lane;
-    l.prompt = std::move(p.prompt);
+    l.prompt = cfg_.prompt.build(p.content);
     l.parents = std::move(p.parents);
     l.trig.emplace(cfg_.trigger);
     s.lanes.push_back(std::move(l));
@@ -564,7 +570,7 @@ void engine<B, E, C>::start_lane_stream(search_rt& s, int li) {
   reasoning_request req{
       .ctx = {.task = s.t->name, .search = s.index, .round = s.round, .lane = l.lane,
               .seed = s.seed ^ (static_cast<std::uint64_t>(s.round) << 20) ^ static_cast<std::uint64_t>(l.lane)},
-      .system = system_prompt(),
+      .system = cfg_.prompt.system(),
       .prompt = l.prompt,
       .params = cfg_.main_sampling};
   auto id = model_.start_reasoning(req, *this);
@@ -784,7 +790,10 @@ bool engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string t
   auto ex = extract_candidate(text, opt);
   if (!ex) {
     ++s.res.extract_failures;
-    if (journal_) journal_->write_extract_failed(run_now(), prov, ex.error().message);
+    extract_miss miss{.prov = std::move(prov), .reason = std::string(to_string(ex.error().reason)), .message = ex.error().message,
+                      .excerpt = detail::tail_excerpt(text, 600)};
+    if (journal_) journal_->write_extract_failed(run_now(), miss);
+    s.misses.push_back(std::move(miss));
     return false;
   }
   auto c = std::make_shared<candidate>();
@@ -892,6 +901,13 @@ void engine<B, E, C>::on_stage_done(int si, std::size_t idx, eval_outcome o) {
     cancelled(s, idx, o.kind);
     return;
   }
+  if (o.unjudged) {
+    // No verdict the evaluator did not obtain: the candidate is dropped, with the reason.
+    r.not_judged = o.result.summary.empty() ? "the evaluator could not judge it" : o.result.summary;
+    ++s.res.unjudged;
+    cancelled(s, idx, o.kind);
+    return;
+  }
   if (journal_) journal_->write_stage(run_now(), s.index, *r.cand, o);
   if (o.kind == stage::compile) {
     if (o.result.kind != verdict_kind::ok) {
@@ -927,7 +943,11 @@ void engine<B, E, C>::cancelled(search_rt& s, std::size_t idx, stage st) {
   ++s.res.cancelled;
   --s.in_flight;
   settle_duplicates(s, idx);
-  if (journal_) journal_->write_cancelled(run_now(), s.index, r.cand->id, st, s.done ? "search ended" : "stale: its round ended");
+  if (journal_)
+    journal_->write_cancelled(run_now(), s.index, r.cand->id, st,
+                              !r.not_judged.empty() ? "not judged: " + r.not_judged
+                              : s.done              ? "search ended"
+                                                    : "stale: its round ended");
   if (s.pending_main.erase(r.cand->id) > 0) maybe_end_round(s);
 }
 
@@ -1110,6 +1130,7 @@ expected<void, error> engine<B, E, C>::resume(const journal_state& st) {
     s.res.tokens = js.tokens;
     s.res.rounds = js.rounds_completed;
     s.res.extract_failures = js.extract_failures;
+    s.misses = js.misses;
     s.res.compiled_ok = js.compiled_ok;
     s.res.validated_ok = js.validated_ok;
     s.res.forks = js.forks;
@@ -1165,6 +1186,10 @@ expected<void, error> engine<B, E, C>::resume(const journal_state& st) {
     }
     if (r.cancelled) {
       ++s.res.cancelled;
+      if (constexpr std::string_view why = "not judged: "; jc.cancel_reason.starts_with(why)) {
+        r.not_judged = jc.cancel_reason.substr(why.size());
+        ++s.res.unjudged;
+      }
       first_seen_.try_emplace(h, std::pair{si, idx});
       continue;
     }

@@ -35,6 +35,11 @@ struct eval_outcome {
   stage kind = stage::compile;
   int device = -1;
   bool cancelled = false;            ///< the job was cancelled; `result` is meaningless
+  /// The evaluator cannot judge this kernel (the simulated device has no
+  /// measurement of it, say): `result.summary` says why, and its kind means
+  /// nothing. The candidate gets no verdict, since one the evaluator did not
+  /// obtain would be made up.
+  bool unjudged = false;
   verdict result{};                    ///< for compile: ok or compile_error / invalid_plan
   compile_report compile{};            ///< for compile jobs
   std::optional<measurement> timing{}; ///< for profile jobs with an ok verdict

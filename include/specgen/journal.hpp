@@ -325,7 +325,8 @@ class journal_writer {
     write(journal_records::candidate, t, {{"candidate", c}});
   }
   /// Model output from which no candidate could be extracted.
-  void write_extract_failed(timestamp t, const provenance& where, std::string_view message) {
+  void write_extract_failed(timestamp t, const extract_miss& m) {
+    const provenance& where = m.prov;
     write(journal_records::extract_failed, t,
           {{"search", where.search},
            {"round", where.round},
@@ -334,7 +335,9 @@ class journal_writer {
            {"trigger", where.trigger},
            {"prefix_tokens", where.prefix_tokens},
            {"sample", where.sample},
-           {"message", message}});
+           {"reason", m.reason},
+           {"message", m.message},
+           {"excerpt", m.excerpt}});
   }
   /// One stage result (compile, validate or profile) of candidate `c`, as
   /// the evaluator reported it. A cancelled outcome is not a result: use
@@ -431,6 +434,7 @@ struct journaled_search {
   usage tokens{};                       ///< the same, or at run_end (late stream ends included)
   std::vector<profiled_speedup> history{};  ///< reused evaluations excluded: a kernel counts once
   int extract_failures = 0;
+  std::vector<extract_miss> misses{};   ///< the answers without a kernel, for the next prompts
   int compiled_ok = 0, validated_ok = 0;  ///< stage results that passed
   int forks = 0, forks_skipped = 0, terminations = 0;
   /// Streams that could not start or ended with an error (`stream_error`,
@@ -596,7 +600,20 @@ inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t 
       throw journal_inconsistency(fmt::format("candidate {} recorded twice with different source or plan", c.id));
     s.next_candidate_id = std::max(s.next_candidate_id, c.id + 1);
   } else if (type == rec::extract_failed) {
-    ++s.searches[r.at("search").get<int>()].extract_failures;
+    auto& search = s.searches[r.at("search").get<int>()];
+    ++search.extract_failures;
+    extract_miss m;
+    m.prov.search = r.at("search").get<int>();
+    m.prov.round = r.value("round", 0);
+    m.prov.lane = r.value("lane", 0);
+    if (auto o = r.find("origin"); o != r.end()) m.prov.from = o->get<origin>();
+    m.prov.trigger = r.value("trigger", std::string{});
+    m.prov.prefix_tokens = r.value("prefix_tokens", std::uint64_t{0});
+    m.prov.sample = r.value("sample", 0);
+    m.reason = r.value("reason", std::string{});
+    m.message = r.value("message", std::string{});
+    m.excerpt = r.value("excerpt", std::string{});
+    search.misses.push_back(std::move(m));
   } else if (type == rec::evaluation) {
     auto& jc = known_candidate(s, r);
     if (r.value("reused", false)) {

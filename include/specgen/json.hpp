@@ -168,7 +168,11 @@ inline void to_json(nlohmann::json& j, const mismatch_stats& m) {
        {"max_rel", detail::number(m.max_rel)},
        {"count", m.count},
        {"total", m.total},
-       {"first_indices", m.first_indices}};
+       {"first_indices", m.first_indices},
+       {"nans", m.nans},
+       {"worst_index", m.worst_index},
+       {"worst_got", detail::number(m.worst_got)},
+       {"worst_want", detail::number(m.worst_want)}};
 }
 inline void from_json(const nlohmann::json& j, mismatch_stats& m) {
   detail::read(j, "output", m.output);
@@ -178,6 +182,10 @@ inline void from_json(const nlohmann::json& j, mismatch_stats& m) {
   detail::read(j, "count", m.count);
   detail::read(j, "total", m.total);
   detail::read(j, "first_indices", m.first_indices);
+  detail::read(j, "nans", m.nans);
+  detail::read(j, "worst_index", m.worst_index);
+  detail::read(j, "worst_got", m.worst_got);
+  detail::read(j, "worst_want", m.worst_want);
 }
 
 inline void to_json(nlohmann::json& j, const verdict& v) {
@@ -214,6 +222,7 @@ inline void to_json(nlohmann::json& j, const measurement& m) {
        {"speedup", detail::number(m.speedup)},
        {"sm_clock_mhz", detail::number(m.sm_clock_mhz)},
        {"metrics", detail::numbers(m.metrics)}};
+  if (!m.baseline_of.empty()) j["baseline_of"] = m.baseline_of;
 }
 inline void from_json(const nlohmann::json& j, measurement& m) {
   detail::read(j, "median_us", m.median_us);
@@ -223,6 +232,7 @@ inline void from_json(const nlohmann::json& j, measurement& m) {
   detail::read(j, "speedup", m.speedup);
   detail::read(j, "sm_clock_mhz", m.sm_clock_mhz);
   detail::read(j, "metrics", m.metrics);
+  detail::read(j, "baseline_of", m.baseline_of);
 }
 
 inline void to_json(nlohmann::json& j, const evaluation& e) {

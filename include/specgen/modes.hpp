@@ -81,8 +81,8 @@ inline expected<engine_config, error> mode_config(std::string_view mode, const m
     return unexpected(error{fmt::format("unknown mode '{}' (known: {})", mode, fmt::join(mode_names, ", "))});
   engine_config c;
   if (row->strategy == "refine") c.strategy = refine_best{};
-  else if (row->strategy == "parallel") c.strategy = parallel_seeds{{.seeds = o.parallel_seeds, .prompt = {}}};
-  else c.strategy = evolve{{.lanes = o.evolve_lanes, .population = o.population, .tournament = 3, .inspirations = 1, .prompt = {}}};
+  else if (row->strategy == "parallel") c.strategy = parallel_seeds{{.seeds = o.parallel_seeds}};
+  else c.strategy = evolve{{.lanes = o.evolve_lanes, .population = o.population, .tournament = 3, .inspirations = 1}};
 
   const auto order = row->rung >= 3 ? queue_order::lifo : queue_order::fifo;
   if (row->rung >= 2) c.pool = elastic{.min_validation = 1, .min_profiling = 1, .validation = order, .interval = seconds(5)};
@@ -176,7 +176,7 @@ inline expected<engine_config, error> config_from(const nlohmann::json& j, std::
   if (!j.is_object()) return unexpected(error{fmt::format("config: expected a JSON object, got {}", shown(j))});
   if (auto r = detail::check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv",
                                                       "budget", "main_sampling", "fork_sampling", "max_streams",
-                                                      "cancel_running_at_round_end", "extract_inline_code"});
+                                                      "cancel_running_at_round_end", "extract_inline_code", "prompt"});
       !r)
     return unexpected(r.error());
   auto fail = [](std::string_view key, const error& e) { return unexpected(error{fmt::format("config: {}: {}", key, e.message)}); };
@@ -221,6 +221,11 @@ inline expected<engine_config, error> config_from(const nlohmann::json& j, std::
     auto k = make_kv(j["kv"]);
     if (!k) return fail("kv", k.error());
     c.kv = std::move(*k);
+  }
+  if (j.contains("prompt")) {
+    auto p = make_prompt_builder(j["prompt"]);
+    if (!p) return fail("prompt", p.error());
+    c.prompt = std::move(*p);
   }
   if (j.contains("budget")) {
     auto b = budget_from_json(j["budget"]);

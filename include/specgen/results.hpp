@@ -29,6 +29,7 @@ inline void to_json(nlohmann::json& j, const search_result& s) {
        {"profiled", s.profiled},
        {"cancelled", s.cancelled},
        {"reused", s.reused},
+       {"unjudged", s.unjudged},
        {"terminations", s.terminations},
        {"stream_failures", s.stream_failures},
        {"first_stream_error", s.first_stream_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.first_stream_error)},

@@ -83,6 +83,12 @@ struct mismatch_stats {
   std::uint64_t count = 0;             ///< elements outside tolerance
   std::uint64_t total = 0;             ///< elements compared
   std::vector<std::uint64_t> first_indices{};  ///< first few offending flat indices
+  std::uint64_t nans = 0;              ///< offending elements that are NaN (the reference's are not)
+  /// The offending element with the largest error (the first of equals): its
+  /// flat index, its value and the reference's (count > 0 only).
+  std::uint64_t worst_index = 0;
+  double worst_got = 0;
+  double worst_want = 0;
   friend bool operator==(const mismatch_stats&, const mismatch_stats&) = default;
 };
 
@@ -116,6 +122,10 @@ struct measurement {
   double speedup = 0;              ///< baseline_median_us / median_us
   double sm_clock_mhz = 0;         ///< observed SM clock during the measurement (0 if unknown)
   std::map<std::string, double> metrics{};  ///< profiler metrics, e.g. "dram_throughput_pct"
+  /// What `baseline_median_us` timed: "baseline" (the task's baseline),
+  /// "reference" (the task has no device baseline, so its reference), or ""
+  /// (not said, or nothing was timed beside the candidate).
+  std::string baseline_of{};
   friend bool operator==(const measurement&, const measurement&) = default;
 };
 
@@ -161,6 +171,16 @@ struct evaluation {
   compile_report compile{};
   std::optional<measurement> timing{};  ///< present when profiled
   friend bool operator==(const evaluation&, const evaluation&) = default;
+};
+
+/// A model answer from which no kernel could be extracted: a final answer or a
+/// fork sample. Fed back, so the model learns what it wrote wrong.
+struct extract_miss {
+  provenance prov{};
+  std::string reason{};   ///< the extract_reason's name ("no_plan", "truncated", ...)
+  std::string message{};  ///< what was wrong and what to write instead
+  std::string excerpt{};  ///< the answer's last lines (at most about 600 bytes)
+  friend bool operator==(const extract_miss&, const extract_miss&) = default;
 };
 
 /// The summary a strategy puts into the next round's prompt.

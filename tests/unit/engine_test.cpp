@@ -522,6 +522,36 @@ TEST_CASE("a search whose every stream fails says so, with the count and the fir
   CHECK(r.stream_failures == 3);
 }
 
+TEST_CASE("kernels the simulated device never measured get no verdict, and the next prompt says why") {
+  event_loop<virtual_clock> loop;
+  const auto corpus = replay::generate_corpus({.tasks = 1, .rounds = 2, .lanes = 1}, 6);
+  replay::replay_model model(loop, corpus.traces, {});
+  // A table that knows none of the corpus's kernels: any verdict would be made up.
+  sim::simulated_device device(loop, cost_table{.device = "empty", .kernels = {}, .profile = {}}, {.devices = 2, .seed = 6});
+  std::filesystem::path jpath = std::filesystem::temp_directory_path() / "specgen-engine-unjudged.jsonl";
+  std::filesystem::remove(jpath);
+  journal_writer jw(jpath, false);
+  engine eng(loop, model, device, config("sequential", 2, 6), &jw);
+  eng.add_search(std::make_shared<const task>(corpus.tasks[0]));
+  const auto r = eng.run();
+  const auto& s = r.searches.at(0);
+  CHECK(s.candidates > 0);
+  CHECK(s.unjudged == s.candidates);
+  CHECK(s.verdicts.empty());
+  CHECK(s.profiled == 0);
+  const auto records = eng.records(0);
+  REQUIRE(!records.empty());
+  for (const auto& rec : records) {
+    CHECK_FALSE(rec.eval.has_value());
+    CHECK(rec.not_judged.find("is not in the cost table") != std::string::npos);
+  }
+  // The journal says why, and a resumed reading keeps it.
+  auto st = load_journal(jpath);
+  REQUIRE(st);
+  for (const auto& [id, jc] : st->candidates) CHECK(jc.cancel_reason.rfind("not judged: ", 0) == 0);
+  std::filesystem::remove(jpath);
+}
+
 TEST_CASE("early termination stops the main reasoning when a fork beats the history's mean") {
   world w(3, {.tasks = 2, .rounds = 6, .lanes = 1});
   auto r = w.run(config("specgen", 6, 3));

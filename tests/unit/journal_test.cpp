@@ -110,7 +110,7 @@ void write_interrupted_run(journal_writer& j) {
   failed.round = 0;
   failed.from = origin::fork;
   failed.trigger = "design_decision";
-  j.write_extract_failed(timestamp(10), failed, "no fenced code block");
+  j.write_extract_failed(timestamp(10), {.prov = failed, .reason = "no_code", .message = "no fenced code block", .excerpt = "Let me think."});
   j.write_round_end(timestamp(11), 0, 0, "answer", 9000, usage{.completion_tokens = 9000});
   j.write_round_start(timestamp(12), 0, 1);
   const auto c3 = make_candidate(3, 0, 1, "kernel three");

@@ -37,6 +37,8 @@ candidate_record record(candidate_id id, int round, int lane, std::optional<doub
   return candidate_record{.cand = c, .eval = e};
 }
 
+std::string prompt_of(const lane_plan& l) { return default_prompt_builder{}.build(l.content); }
+
 }  // namespace
 
 TEST_CASE("refinement builds on the best profiled kernel and quotes the last round's feedback") {
@@ -44,14 +46,102 @@ TEST_CASE("refinement builds on the best profiled kernel and quotes the last rou
   std::vector<candidate_record> recs{record(1, 0, 0, 1.2), record(2, 0, 0, 1.9, verdict_kind::ok, origin::fork),
                                      record(3, 1, 0, std::nullopt, verdict_kind::compile_error)};
   recs[2].eval->result.summary = "compilation failed";
-  recs[2].eval->result.log = "kernel.cu(3): error: identifier \"tile\" is undefined";
+  recs[2].eval->result.log = "candidate.cu(1): error: identifier \"tile\" is undefined\n  tile\n  ^\n\n1 error detected";
   const auto lanes = refine_best{}.plan_round({.for_task = &t, .round = 2, .records = recs, .seed = 1});
   REQUIRE(lanes.size() == 1);
-  CHECK(lanes[0].parents == std::vector<candidate_id>{2});
-  CHECK_THAT(lanes[0].prompt, Catch::Contains("Current best kernel (speedup 1.90x)"));
-  CHECK_THAT(lanes[0].prompt, Catch::Contains("void k2"));
-  CHECK_THAT(lanes[0].prompt, Catch::Contains("identifier \"tile\" is undefined"));
-  CHECK_THAT(lanes[0].prompt, Catch::Contains("Benchmarked shape: M=4096,N=4096"));
+  // Refinement shows the best and the last kernel written.
+  CHECK(lanes[0].parents == std::vector<candidate_id>{2, 3});
+  const std::string prompt = prompt_of(lanes[0]);
+  CHECK_THAT(prompt, Catch::Contains(kernel_heading(kernel_tag(*recs[1].cand), "ok") + " (current best; draft from a fork"));
+  CHECK_THAT(prompt, Catch::Contains("1.90x the baseline"));
+  CHECK_THAT(prompt, Catch::Contains("void k2"));
+  CHECK_THAT(prompt, Catch::Contains(kernel_heading(kernel_tag(*recs[2].cand), "compile_error") + " (your last kernel"));
+  // The compile log with the candidate's own line quoted under its number.
+  CHECK_THAT(prompt, Catch::Contains("line 1: error: identifier \"tile\" is undefined\n       1 | extern \"C\" __global__ void k3"));
+  CHECK_THAT(prompt, Catch::Contains("Benchmarked shape: M=4096,N=4096"));
+  CHECK(reported_kernels(prompt).size() == 3);
+}
+
+TEST_CASE("the prompt reports each distinct kernel once, marks repeats, diffs against kernels shown, and feeds back answers without a kernel") {
+  const task t = small_task();
+  std::vector<candidate_record> recs{record(1, 0, 0, 1.5)};
+  // Round 1: the same wrong draft from three fork samples, and a final answer that differs from kernel 1 in one line.
+  for (candidate_id id : {2, 3, 4}) {
+    auto r = record(id, 1, 0, std::nullopt, verdict_kind::wrong_result, origin::fork);
+    auto c = std::make_shared<candidate>(*r.cand);
+    c->source = "extern \"C\" __global__ void kw(float* y) { y[0] = 1; }";
+    c->plan = "launch kw grid(1) block(1) args(y)";
+    c->prov.trigger = "code_fence";
+    c->prov.prefix_tokens = 1200;
+    r.cand = c;
+    r.eval->result.mismatch = mismatch_stats{.output = "y", .shape = "M=33,N=4099", .max_abs = 3, .max_rel = 1, .count = 5,
+                                             .total = 135267, .first_indices = {4100}, .nans = 2, .worst_index = 4101,
+                                             .worst_got = -1, .worst_want = 2};
+    recs.push_back(r);
+  }
+  auto last = record(5, 1, 0, 1.2);
+  {
+    auto c = std::make_shared<candidate>(*recs[0].cand);
+    c->id = 5;
+    c->prov.round = 1;
+    std::string src;
+    for (int i = 0; i < 30; ++i) src += "// line " + std::to_string(i) + "\n";
+    auto c1 = std::make_shared<candidate>(*recs[0].cand);
+    c1->source = src + "extern \"C\" __global__ void k1(float* y) {}";
+    recs[0].cand = c1;
+    c->source = src + "extern \"C\" __global__ void k1(float* y) { y[0] = 0; }";
+    last.cand = c;
+  }
+  recs.push_back(last);
+  const std::vector<extract_miss> misses{{.prov = {.round = 1, .from = origin::fork, .trigger = "design_decision", .prefix_tokens = 800},
+                                          .reason = "no_plan", .message = "kernels found, but no plan block", .excerpt = "}\nThat is it."}};
+  const auto lanes = refine_best{}.plan_round({.for_task = &t, .round = 2, .records = recs, .seed = 1, .misses = misses});
+  const std::string prompt = prompt_of(lanes[0]);
+  INFO(prompt);
+  const auto reported = reported_kernels(prompt);
+  // Best (k1) and last (k5) to build on; in the feedback: the wrong kernel once, and k5 again ("shown above").
+  REQUIRE(reported.size() == 4);
+  CHECK(reported[2].verdict == "wrong_result");
+  CHECK_THAT(prompt, Catch::Contains("written 3 times"));
+  CHECK_THAT(prompt, Catch::Contains("draft from a fork at 1,200 reasoning tokens (trigger code_fence), round 2"));
+  CHECK_THAT(prompt, Catch::Contains("5 of 135267 elements outside the tolerance (abs 1e-05 + rel 1e-05 x |expected|)"));
+  CHECK_THAT(prompt, Catch::Contains("2 of them NaN"));
+  // Flat 4101 of a 33 x 4099 output is row 1, column 2.
+  CHECK_THAT(prompt, Catch::Contains("Worst at y[1, 2] (flat 4101): got -1, expected 2."));
+  // The last kernel is a one-line change of the best: shown as a diff.
+  CHECK_THAT(prompt, Catch::Contains("Source: kernel " + kernel_tag(*recs[0].cand) + " with these lines changed"));
+  CHECK_THAT(prompt, Catch::Contains("- extern \"C\" __global__ void k1(float* y) {}\n+ extern \"C\" __global__ void k1(float* y) { y[0] = 0; }"));
+  CHECK_THAT(prompt, Catch::Contains("Shown above, under \"Kernels to build on\"."));
+  CHECK_THAT(prompt, Catch::Contains("### Answer without a kernel [no_plan] (draft from a fork at 800 reasoning tokens (trigger design_decision), round 2)"));
+  CHECK_THAT(prompt, Catch::Contains("That is it."));
+}
+
+TEST_CASE("over the feedback limit, final answers and correct kernels are kept and the rest summarised") {
+  const task t = small_task();
+  std::vector<candidate_record> recs;
+  for (candidate_id id = 1; id <= 10; ++id) recs.push_back(record(id, 0, 0, std::nullopt, verdict_kind::compile_error, origin::fork));
+  recs.push_back(record(11, 0, 0, 1.3));
+  const auto lanes = refine_best{}.plan_round({.for_task = &t, .round = 1, .records = recs, .seed = 1});
+  const std::string prompt = default_prompt_builder{{.max_feedback_kernels = 3}}.build(lanes[0].content);
+  CHECK_THAT(prompt, Catch::Contains("(8 more kernels not shown: 8 compile_error)"));
+  CHECK_THAT(prompt, Catch::Contains(kernel_heading(kernel_tag(*recs[10].cand), "ok")));
+}
+
+TEST_CASE("a prompt builder is a policy: the engine config holds one, and JSON picks the default's knobs") {
+  auto b = make_prompt_builder(nlohmann::json::parse(R"({"default": {"log_lines": 20}})"));
+  REQUIRE(b);
+  CHECK(b->config() == nlohmann::json::parse(R"({"default": {"log_lines": 20, "max_feedback_kernels": 8}})"));
+  CHECK_THAT(make_prompt_builder("fancy").error().message, Catch::Contains("unknown kind 'fancy'"));
+  CHECK_FALSE(make_prompt_builder(nlohmann::json::parse(R"({"default": {"log_lines": 0}})")));
+  struct terse {
+    std::string name() const { return "terse"; }
+    std::string system() const { return "Write CUDA."; }
+    std::string build(const prompt_content& c) const { return c.for_task->name + ": " + c.instruction; }
+  };
+  any_prompt_builder custom = terse{};
+  CHECK(custom.config() == nlohmann::json{{"custom", "terse"}});
+  const task t = small_task();
+  CHECK(custom.build({.for_task = &t, .instruction = "go"}) == "softmax: go");
 }
 
 TEST_CASE("parallel seeds refine one lineage per lane") {
@@ -63,8 +153,8 @@ TEST_CASE("parallel seeds refine one lineage per lane") {
   CHECK(lanes[0].parents == std::vector<candidate_id>{1});
   CHECK(lanes[1].parents == std::vector<candidate_id>{2});
   CHECK(lanes[2].parents.empty());
-  CHECK_THAT(lanes[2].prompt, Catch::Contains("wrong_result"));
-  CHECK_THAT(lanes[0].prompt, !Catch::Contains("wrong_result"));  // each lane sees its own feedback only
+  CHECK_THAT(prompt_of(lanes[2]), Catch::Contains("wrong_result"));
+  CHECK_THAT(prompt_of(lanes[0]), !Catch::Contains("wrong_result"));  // each lane sees its own feedback only
 }
 
 TEST_CASE("evolution picks parents from the population by tournament, deterministically in the seed") {
@@ -107,16 +197,20 @@ TEST_CASE("feedback says what went wrong in terms a model can act on") {
   wrong.eval->result.mismatch = mismatch_stats{.output = "y", .shape = "M=33,N=4099", .max_abs = 0.25, .max_rel = 3.5,
                                                .count = 17, .total = 135267, .first_indices = {4096, 4097}};
   const auto w = render_feedback(wrong);
-  CHECK_THAT(w, Catch::Contains("17 of 135267 elements out of tolerance"));
-  CHECK_THAT(w, Catch::Contains("first at flat index 4096 4097"));
+  CHECK_THAT(w, Catch::Contains("17 of 135267 elements outside the tolerance"));
+  CHECK_THAT(w, Catch::Contains("First outside the tolerance: y[4096], y[4097]."));
 
   auto fast = record(8, 0, 0, 2.0);
-  fast.eval->timing->metrics = {{"dram_throughput_pct", 81.5}};
+  fast.eval->timing->metrics = {{"hw_dram_pct", 81.5}, {"roofline_fraction", 0.62}, {"effective_dram_gbps", 2980}};
   fast.eval->compile.registers = 40;
   const auto f = render_feedback(fast);
-  CHECK_THAT(f, Catch::Contains("speedup 2.00x"));
-  CHECK_THAT(f, Catch::Contains("dram_throughput_pct: 81.5"));
+  CHECK_THAT(f, Catch::Contains("Runs in 50.0 us against 100.0 us for the baseline: 2.00x"));
+  CHECK_THAT(f, Catch::Contains("Roofline: 62% of the time bound"));
+  CHECK_THAT(f, Catch::Contains("(2980 GB/s effective)"));
+  CHECK_THAT(f, Catch::Contains("Hardware counters (of peak): DRAM 82%"));
   CHECK_THAT(f, Catch::Contains("Registers/thread 40"));
+  fast.eval->timing->baseline_of = "reference";
+  CHECK_THAT(render_feedback(fast), Catch::Contains("for the reference (the task has no separate baseline)"));
 
   auto long_log = record(9, 0, 0, std::nullopt, verdict_kind::compile_error);
   for (int i = 0; i < 40; ++i) long_log.eval->result.log += "error line " + std::to_string(i) + "\n";
@@ -127,6 +221,9 @@ TEST_CASE("feedback says what went wrong in terms a model can act on") {
 
   candidate_record cancelled{.cand = wrong.cand, .eval = std::nullopt, .cancelled = true};
   CHECK_THAT(render_feedback(cancelled), Catch::Contains("superseded"));
+  candidate_record unjudged{.cand = wrong.cand, .eval = std::nullopt, .cancelled = true, .reused = false,
+                            .not_judged = "simulated device: kernel 0x12 is not in the cost table"};
+  CHECK_THAT(render_feedback(unjudged), Catch::Contains("not evaluated: simulated device"));
 }
 
 TEST_CASE("strategy sizes are read within ranges, and out-of-range params in code are a programming error") {
@@ -134,6 +231,6 @@ TEST_CASE("strategy sizes are read within ranges, and out-of-range params in cod
                            R"({"evolve": {"population": 1000000000}})", R"({"evolve": {"tournament": 1000000}})",
                            R"({"evolve": {"inspirations": 1000}})"})
     CHECK_FALSE(make_strategy(nlohmann::json::parse(text)));
-  CHECK_THROWS_AS(any_strategy(parallel_seeds{{.seeds = 1'000'000, .prompt = {}}}), std::invalid_argument);
+  CHECK_THROWS_AS(any_strategy(parallel_seeds{{.seeds = 1'000'000}}), std::invalid_argument);
 }
 

@@ -39,12 +39,15 @@ struct search_view {
   int round = 0;                                 ///< the round being planned
   std::span<const candidate_record> records{};     ///< every candidate of the search, in creation order
   std::uint64_t seed = 0;                        ///< per-search seed
+  std::span<const extract_miss> misses{};        ///< answers without a kernel, in order
 };
 
-/// One parallel reasoning stream of a round.
+/// One parallel reasoning stream of a round: what its prompt shows (the
+/// engine renders it with the configured prompt builder) and the kernels it
+/// builds on.
 struct lane_plan {
   int lane = 0;
-  std::string prompt{};
+  prompt_content content{};
   std::vector<candidate_id> parents{};
 };
 
@@ -73,53 +76,62 @@ inline const candidate_record* best_of(const search_view& v, int lane = -1) {
   return best;
 }
 
-/// Render the shared prompt: task, the kernel(s) to build on, last round's feedback.
-inline std::string build_prompt(const search_view& v, const std::vector<const candidate_record*>& parents,
-                                const std::vector<const candidate_record*>& last_round, const prompt_params& pp,
-                                std::string_view instruction) {
-  std::string s = render_task(*v.for_task);
-  for (std::size_t i = 0; i < parents.size(); ++i) {
-    const auto* p = parents[i];
-    s += fmt::format("\n## {} kernel (speedup {:.2f}x)\n", i == 0 ? "Current best" : "Another good", p->speedup());
-    s += render_kernel(*p->cand);
+/// Answers of `round` (optionally of one lane) from which no kernel could be extracted.
+inline std::vector<const extract_miss*> misses_of(const search_view& v, int round, int lane = -1) {
+  std::vector<const extract_miss*> out;
+  for (const auto& m : v.misses)
+    if (m.prov.round == round && (lane < 0 || m.prov.lane == lane)) out.push_back(&m);
+  return out;
+}
+
+/// The kernel a lane wrote last in `round`: its final answer if it gave one,
+/// else its newest draft; nullptr when it wrote none.
+inline const candidate_record* last_of(const search_view& v, int round, int lane = -1) {
+  const candidate_record* last = nullptr;
+  for (const auto& r : v.records) {
+    if (r.cand->prov.round != round || (lane >= 0 && r.cand->prov.lane != lane)) continue;
+    if (!last || r.cand->prov.from == origin::main || last->cand->prov.from != origin::main) last = &r;
   }
-  if (!last_round.empty()) {
-    s += "\n## Feedback on your previous attempts\n";
-    const std::size_t n = std::min(last_round.size(), pp.max_feedback_items);
-    // The newest attempts carry the most information; show them last, nearest the instruction.
-    for (std::size_t i = last_round.size() - n; i < last_round.size(); ++i) {
-      const auto* r = last_round[i];
-      s += fmt::format("### Attempt {} ({}{})\n", r->cand->id, r->cand->prov.from == origin::main ? "final answer" : "draft",
-                       r->cand->prov.trigger.empty() ? "" : ", " + r->cand->prov.trigger);
-      s += render_feedback(*r, pp);
-    }
-  }
-  s += "\n";
-  s += instruction;
-  return s;
+  return last;
+}
+
+/// A lane's prompt content: the task, the kernels shown with their roles, the
+/// round before's attempts and answers without a kernel (of `lane`, or all).
+inline lane_plan make_lane(const search_view& v, int lane, std::vector<shown_kernel> kernels, int feedback_lane,
+                           std::string instruction) {
+  lane_plan lp{.lane = lane, .content = {}, .parents = {}};
+  lp.content.for_task = v.for_task;
+  lp.content.round = v.round;
+  for (const auto& k : kernels) lp.parents.push_back(k.record->cand->id);
+  lp.content.kernels = std::move(kernels);
+  lp.content.attempts = records_of(v, v.round - 1, feedback_lane);
+  lp.content.misses = misses_of(v, v.round - 1, feedback_lane);
+  lp.content.instruction = std::move(instruction);
+  return lp;
 }
 }  // namespace detail
 
-/// Iterative refinement of the best kernel with judge-style feedback (as CudaForge does).
+/// Iterative refinement of the best kernel with judge-style feedback (as
+/// CudaForge does): the prompt shows the best kernel so far and the last one
+/// written, and reports the round before's attempts.
 struct refine_best {
   struct params {
-    prompt_params prompt{};
     template <class Self, class F>
-    static void fields(Self&, F&&) {}  // nothing to configure from JSON
+    static void fields(Self&, F&&) {}  // nothing to configure
     friend bool operator==(const params&, const params&) = default;
   } p{};
 
   [[nodiscard]] std::string name() const { return "refine"; }
   [[nodiscard]] int lanes() const noexcept { return 1; }
   [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const {
-    std::vector<const candidate_record*> parents;
-    if (const auto* b = detail::best_of(v)) parents.push_back(b);
-    lane_plan lp{.lane = 0, .prompt = {}, .parents = {}};
-    for (const auto* r : parents) lp.parents.push_back(r->cand->id);
-    lp.prompt = detail::build_prompt(v, parents, detail::records_of(v, v.round - 1), p.prompt,
-                                     parents.empty() ? "Write a correct kernel that beats the baseline."
-                                                     : "Improve on the current best kernel, fixing the problems above.");
-    return {lp};
+    std::vector<shown_kernel> kernels;
+    const auto* best = detail::best_of(v);
+    if (best) kernels.push_back({best, "current best"});
+    const auto* last = detail::last_of(v, v.round - 1);
+    if (last && (!best || last->cand->content_hash() != best->cand->content_hash())) kernels.push_back({last, "your last kernel"});
+    return {detail::make_lane(v, 0, std::move(kernels), -1,
+                              best ? "Improve on the current best kernel, fixing the problems reported above."
+                                   : "Write a correct kernel that beats the baseline, fixing the problems reported above.")};
   }
 };
 
@@ -127,7 +139,6 @@ struct refine_best {
 struct parallel_seeds {
   struct params {
     int seeds = 4;
-    prompt_params prompt{};
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
       f("seeds", s.seeds, detail::in(1, limits::max_lanes));
@@ -140,13 +151,11 @@ struct parallel_seeds {
   [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const {
     std::vector<lane_plan> out;
     for (int lane = 0; lane < p.seeds; ++lane) {
-      std::vector<const candidate_record*> parents;
-      if (const auto* b = detail::best_of(v, lane)) parents.push_back(b);
-      lane_plan lp{.lane = lane, .prompt = {}, .parents = {}};
-      for (const auto* r : parents) lp.parents.push_back(r->cand->id);
-      lp.prompt = detail::build_prompt(v, parents, detail::records_of(v, v.round - 1, lane), p.prompt,
-                                       fmt::format("You are worker {} of {}: explore your own approach.", lane + 1, p.seeds));
-      out.push_back(std::move(lp));
+      // Each worker refines its own seed: the best kernel of its lineage, and hears only of its own attempts.
+      std::vector<shown_kernel> kernels;
+      if (const auto* b = detail::best_of(v, lane)) kernels.push_back({b, "your lane's best"});
+      out.push_back(detail::make_lane(v, lane, std::move(kernels), lane,
+                                      fmt::format("You are worker {} of {}: explore your own approach.", lane + 1, p.seeds)));
     }
     return out;
   }
@@ -159,7 +168,6 @@ struct evolve {
     int population = 8;     ///< best distinct profiled kernels kept
     int tournament = 3;     ///< entrants per parent selection
     int inspirations = 1;   ///< extra population members shown for crossover
-    prompt_params prompt{};
     template <class Self, class F>
     static void fields(Self& s, F&& f) {
       f("lanes", s.lanes, detail::in(1, limits::max_lanes));
@@ -189,25 +197,19 @@ struct evolve {
       for (int i = 1; i < p.tournament; ++i) best = std::min(best, d(rng));  // pop is sorted: lower index = fitter
       return pop[best];
     };
-    const auto last = detail::records_of(v, v.round - 1);
     std::vector<lane_plan> out;
     for (int lane = 0; lane < p.lanes; ++lane) {
-      std::vector<const candidate_record*> parents;
+      std::vector<shown_kernel> kernels;
       if (const auto* parent = pick()) {
-        parents.push_back(parent);
+        kernels.push_back({parent, "parent"});
         for (int i = 0; i < p.inspirations; ++i)
-          if (const auto* insp = pick(); insp && insp != parent) parents.push_back(insp);
+          if (const auto* insp = pick(); insp && insp != parent) kernels.push_back({insp, "inspiration"});
       }
-      lane_plan lp{.lane = lane, .prompt = {}, .parents = {}};
-      for (const auto* r : parents) lp.parents.push_back(r->cand->id);
-      // Children see only their own lane's last attempts: feedback stays attributable.
-      std::vector<const candidate_record*> mine;
-      for (const auto* r : last)
-        if (r->cand->prov.lane == lane) mine.push_back(r);
-      lp.prompt = detail::build_prompt(v, parents, mine, p.prompt,
-                                       parents.empty() ? "Write a correct kernel that beats the baseline."
-                                                       : "Combine the strengths of the kernels above into a faster one.");
-      out.push_back(std::move(lp));
+      // Children hear only of their own lane's last attempts: feedback stays attributable.
+      const bool fresh = kernels.empty();
+      out.push_back(detail::make_lane(v, lane, std::move(kernels), lane,
+                                      fresh ? "Write a correct kernel that beats the baseline."
+                                            : "Combine the strengths of the kernels above into a faster one."));
     }
     return out;
   }

@@ -42,10 +42,13 @@ namespace sim {
 
 /// What to do with a kernel the cost table does not list.
 enum class unknown_kernel_policy : std::uint8_t {
-  compile_error,  ///< answer compile_error ("... is not in the cost table") and count it
-  reject,         ///< throw std::out_of_range from submit: the corpus and table must agree
+  /// Answer without a verdict (`eval_outcome::unjudged`, "... is not in the
+  /// cost table") and count it: the device measured nothing for the kernel,
+  /// so any verdict would be made up.
+  unjudged,
+  reject,  ///< throw std::out_of_range from submit: the corpus and table must agree
 };
-inline constexpr std::array<std::string_view, 2> unknown_kernel_policy_names{"compile_error", "reject"};
+inline constexpr std::array<std::string_view, 2> unknown_kernel_policy_names{"unjudged", "reject"};
 
 /**
  * The simulated device's knobs. Times are in seconds.
@@ -64,7 +67,7 @@ struct sim_params {
   double respawn_s = 0.8;        ///< kill and respawn the GPU worker after a fault or timeout
   double deadline_s = 2.0;       ///< a timeout holds the GPU this long instead of validate_s
   std::optional<profile_params> profile{};  ///< overrides the cost table's profile settings
-  unknown_kernel_policy unknown_kernels = unknown_kernel_policy::compile_error;
+  unknown_kernel_policy unknown_kernels = unknown_kernel_policy::unjudged;
   double unknown_compile_s = 0.5;  ///< compile slot time charged for an unknown kernel (a typical NVRTC compile)
   friend bool operator==(const sim_params&, const sim_params&) = default;
 };
@@ -316,6 +319,7 @@ class simulated_device {
   plan plan_unknown(const active_job& a, double seconds_held) {
     ++stats_.unknown_kernels;
     plan p{.time = seconds(seconds_held)};
+    p.result.unjudged = true;
     p.result.result = make_verdict(verdict_kind::compile_error, unknown_summary(a.key),
                               fmt::format("task \"{}\"; the cost table ({}) lists {} kernels; measure this kernel "
                                           "or regenerate the table",

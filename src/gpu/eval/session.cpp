@@ -568,6 +568,7 @@ struct device_session::state {
     if (bs) {
       m.baseline_median_us = bs->median_us;
       m.speedup = bs->median_us / cs->median_us;
+      m.baseline_of = base == &t.reference ? "reference" : "baseline";
     }
     if (auto clk = r.find("sm_clock_mhz"); clk != r.end() && clk->is_object()) {
       auto lo = number(*clk, "min"), hi = number(*clk, "max");
