@@ -585,6 +585,7 @@ void engine<B, E, C>::start_lane_stream(search_rt& s, int li) {
     return;
   }
   l.id = *id;
+  journal(journal_records::prompt, {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"prompt", l.prompt}});
   const std::uint64_t prompt_hash = fnv1a(l.prompt, fnv1a(req.system));
   l.kv_salt = {static_cast<token_id>(prompt_hash & 0x7fffffff), static_cast<token_id>((prompt_hash >> 32) & 0x7fffffff)};
   owners_[l.id] = stream_owner{.search = s.index, .lane = li, .fork = false};

@@ -68,6 +68,8 @@ inline constexpr std::string_view fork_error = "fork_error";
 inline constexpr std::string_view terminated = "terminated";
 inline constexpr std::string_view target_reached = "target_reached";
 inline constexpr std::string_view stream_error = "stream_error";
+/// The prompt a lane's reasoning stream was started with (for reading, not for resuming).
+inline constexpr std::string_view prompt = "prompt";
 }  // namespace journal_records
 
 /// The journal format this library writes and reads. Format 1 (before run
