@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -127,6 +128,16 @@ class replay_model {
   [[nodiscard]] const replay_params& params() const noexcept { return params_; }
   [[nodiscard]] const std::vector<trace>& traces() const noexcept { return traces_; }
 
+  /// Chooses the trace a reasoning request plays, in place of `select(ctx)`;
+  /// it may return a trace of its own (rewritten, or not in `traces()`). An
+  /// error fails the request with that message.
+  using trace_chooser = std::function<expected<trace, error>(const reasoning_request&)>;
+  /// From now on, main streams play what `chooser` returns (forks of a stream
+  /// answer from that stream's trace); an empty function restores
+  /// (task, round, lane) selection. E.g. `responsive_chooser` (responsive.hpp)
+  /// plays the round a prompt's feedback calls for.
+  void set_trace_chooser(trace_chooser chooser) { chooser_ = std::move(chooser); }
+
   /// The trace a reasoning request plays. For (task, round, lane): a trace of
   /// that round with that lane, else one for "any" lane, else the round's
   /// traces sorted by lane, index lane mod count. A round with no trace falls
@@ -169,13 +180,21 @@ class replay_model {
   /// chunks. The sink must outlive the stream (until its on_end).
   expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
     if (auto full = check_capacity(); !full) return unexpected(full.error());
-    auto chosen = select(r.ctx);
-    if (!chosen) return unexpected(chosen.error());
     auto s = std::make_unique<stream>();
+    if (chooser_) {
+      auto chosen = chooser_(r);
+      if (!chosen) return unexpected(backend_error{chosen.error().message, false});
+      s->owned = std::make_shared<const trace>(std::move(*chosen));
+      s->source = s->owned.get();
+      s->text = expand_all(*s->owned);  // not cached: the trace is the stream's own
+    } else {
+      auto chosen = select(r.ctx);
+      if (!chosen) return unexpected(chosen.error());
+      s->source = *chosen;
+      s->text = expanded(**chosen);
+    }
     s->id = ++next_id_;
     s->sink = &sink;
-    s->source = *chosen;
-    s->text = expanded(**chosen);
     s->prompt_tokens = (r.system.empty() ? 0 : estimate_tokens(r.system)) + estimate_tokens(r.prompt);
     sequence q;
     q.parts = {part{&s->text->reasoning, true, s->text->reasoning_salt},
@@ -214,6 +233,7 @@ class replay_model {
     auto s = std::make_unique<stream>();
     s->id = ++next_id_;
     s->sink = &sink;
+    s->owned = parent.owned;
     s->source = parent.source;
     s->text = parent.text;
     const std::uint64_t prefix = parent.prompt_tokens + p;
@@ -301,6 +321,7 @@ class replay_model {
     stream_id id = 0;
     stream_sink* sink = nullptr;
     const trace* source = nullptr;
+    std::shared_ptr<const trace> owned;  ///< the chooser's trace, when `source` is not in traces_
     std::shared_ptr<const detail::expanded_trace> text;
     std::vector<token_text> answers;  ///< fork samples' texts
     std::uint64_t prompt_tokens = 0;
@@ -319,16 +340,18 @@ class replay_model {
     return {};
   }
 
+  static std::shared_ptr<const detail::expanded_trace> expand_all(const trace& t) {
+    auto e = std::make_shared<detail::expanded_trace>();
+    e->reasoning = expand_reasoning(t);
+    e->answer = expand_answer(t.answer);
+    e->reasoning_salt = fnv1a(t.id + "#reasoning");
+    e->answer_salt = fnv1a(t.id + "#answer");
+    return e;
+  }
+
   std::shared_ptr<const detail::expanded_trace> expanded(const trace& t) {
     auto& slot = cache_[&t];
-    if (!slot) {
-      auto e = std::make_shared<detail::expanded_trace>();
-      e->reasoning = expand_reasoning(t);
-      e->answer = expand_answer(t.answer);
-      e->reasoning_salt = fnv1a(t.id + "#reasoning");
-      e->answer_salt = fnv1a(t.id + "#answer");
-      slot = std::move(e);
-    }
+    if (!slot) slot = expand_all(t);
     return slot;
   }
 
@@ -415,6 +438,7 @@ class replay_model {
   executor& exec_;
   std::vector<trace> traces_{};
   replay_params params_;
+  trace_chooser chooser_{};
   std::map<std::pair<std::string, int>, std::vector<std::size_t>> by_slot_;
   std::map<const trace*, std::shared_ptr<const detail::expanded_trace>> cache_;
   std::map<stream_id, std::unique_ptr<stream>> streams_;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -19,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 SPECGEN_BEGIN_NAMESPACE
@@ -35,6 +37,9 @@ constexpr token_id think_close_id = 151668;
 constexpr std::pair<std::string_view, token_id> specials[] = {
     {"<|im_start|>", 151644}, {"<|im_end|>", 151645}, {"<think>", think_open_id}, {"</think>", think_close_id}};
 constexpr token_id eos_id = 151645;
+// A generator's multi-code-point pieces get ids from here up: above every code
+// point's id (1000 + 0x10FFFF) and every special's.
+constexpr token_id first_dictionary_id = 2000000;
 
 /// Decodes one UTF-8 code point at `s[i]`; an invalid byte stands for itself.
 std::pair<std::uint32_t, std::size_t> next_code_point(std::string_view s, std::size_t i) {
@@ -123,6 +128,7 @@ struct stream_state {
   bool answering = false;  ///< chat: the close marker has been generated
   std::vector<bool> prompt_ids_sent;  ///< completions with ids: each choice's first chunk carries the prompt's
   clock_type::time_point start{};
+  clock_type::time_point last{};  ///< when the last token was due (paced with a slowdown)
   bool stalled = false;
   clock_type::time_point next_ping{};
   int pings = 0;
@@ -163,9 +169,24 @@ struct fake_server::impl {
   std::vector<double> late;
   std::vector<std::unique_ptr<conn>> conns;
   std::unordered_set<std::uint64_t> cache;  // chained hashes of cached blocks
+  // A generator's pieces: text -> id, and back (id - first_dictionary_id). Guarded by `mutex`.
+  std::unordered_map<std::string, token_id> dictionary;
+  std::vector<std::string> dictionary_text;
+  /// A chat request played from a generator, for the forks that continue it.
+  struct chat_memory {
+    int record = 0;
+    std::vector<token_id> prompt;     ///< the prompt's ids
+    std::vector<token_id> output;     ///< every id it generates, think markers included
+    std::string prompt_text;          ///< the templated prompt
+    std::shared_ptr<const generation> gen;
+  };
+  std::vector<chat_memory> chats;  ///< the latest `max_chats`
+  static constexpr std::size_t max_chats = 256;
+  std::atomic<int> decoding_now{0};
 
   explicit impl(server_options o) : opt(std::move(o)) {
     if (!opt.fork_answer) opt.fork_answer = default_fork_answer;
+    if (opt.port < 0 || opt.port > 65535) throw std::invalid_argument(fmt::format("fake_server: port {} is out of range", opt.port));
     listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (listen_fd < 0) throw std::runtime_error(fmt::format("fake_server: socket: {}", std::strerror(errno)));
     int one = 1;
@@ -173,9 +194,9 @@ struct fake_server::impl {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // loopback only
-    a.sin_port = 0;
+    a.sin_port = htons(static_cast<std::uint16_t>(opt.port));
     if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd, 256) != 0)
-      throw std::runtime_error(fmt::format("fake_server: bind/listen on 127.0.0.1: {}", std::strerror(errno)));
+      throw std::runtime_error(fmt::format("fake_server: bind/listen on 127.0.0.1:{}: {}", opt.port, std::strerror(errno)));
     socklen_t len = sizeof a;
     ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
     port = ntohs(a.sin_port);
@@ -223,6 +244,7 @@ struct fake_server::impl {
     std::vector<pollfd> fds;
     while (!stop) {
       const auto now = clock_type::now();
+      decoding_now = count_decoding();
       fds.clear();
       fds.push_back({listen_fd, POLLIN, 0});
       fds.push_back({wake_fd, POLLIN, 0});
@@ -250,8 +272,10 @@ struct fake_server::impl {
         conn& c = *conns[i - 2];
         if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(c);
       }
+      decoding_now = count_decoding();  // streams just started or closed count at once
       for (auto& c : conns)
         if (!c->closed) pump(*c);
+      decoding_now = count_decoding();
       std::erase_if(conns, [](const std::unique_ptr<conn>& c) {
         if (c->closed) ::close(c->fd);
         return c->closed;
@@ -471,9 +495,27 @@ struct fake_server::impl {
       }
       prompt = tokenize(chat_template(system, user));
       std::vector<piece> plan{make_piece("<think>")};
-      for (const auto& p : opt.reasoning) plan.push_back(make_piece(p));
-      plan.push_back(make_piece("</think>"));
-      for (const auto& p : opt.answer) plan.push_back(make_piece(p));
+      if (opt.generator) {
+        std::shared_ptr<const generation> g = opt.generator(system, user);
+        if (!g) g = std::make_shared<const generation>();
+        if (!g->error.empty()) {
+          send_plain(c, rec, 400, {{"object", "error"}, {"message", g->error}, {"type", "BadRequestError"}, {"param", nullptr}, {"code", 400}});
+          return;
+        }
+        for (const auto& p : g->reasoning) plan.push_back(dictionary_piece(p));
+        plan.push_back(make_piece("</think>"));
+        for (const auto& p : g->answer) plan.push_back(dictionary_piece(p));
+        chat_memory m{rec, prompt, {}, chat_template(system, user), g};
+        for (const auto& p : plan) m.output.push_back(p.id);
+        chats.push_back(std::move(m));
+        if (chats.size() > max_chats) chats.erase(chats.begin());
+        std::lock_guard lock(mutex);
+        records[static_cast<std::size_t>(rec)].note = g->note;
+      } else {
+        for (const auto& p : opt.reasoning) plan.push_back(make_piece(p));
+        plan.push_back(make_piece("</think>"));
+        for (const auto& p : opt.answer) plan.push_back(make_piece(p));
+      }
       s.samples.push_back(std::move(plan));
     } else {
       const json& p = body["prompt"];
@@ -484,7 +526,15 @@ struct fake_server::impl {
         for (const auto& v : p) prompt.push_back(v.get<token_id>());
       }
       const int n = body.value("n", 1);
-      for (int i = 0; i < n; ++i) s.samples.push_back(code_point_pieces(opt.fork_answer(i)));
+      if (opt.generator) {
+        for (auto& sample : fork_samples(rec, prompt, p.is_string() ? p.get<std::string>() : std::string(), was_text, n)) {
+          std::vector<piece> pieces;
+          for (const auto& text : sample) pieces.push_back(dictionary_piece(text));
+          s.samples.push_back(std::move(pieces));
+        }
+      } else {
+        for (int i = 0; i < n; ++i) s.samples.push_back(code_point_pieces(opt.fork_answer(i)));
+      }
     }
     const std::size_t max_tokens = body.value("max_tokens", std::size_t{1} << 30);
     for (auto& sample : s.samples)
@@ -512,8 +562,101 @@ struct fake_server::impl {
 
   clock_type::time_point next_due(const stream_state& s) const {
     if (s.at != stream_state::phase::tokens || opt.tokens_per_s <= 0) return s.start;
-    return s.start + std::chrono::duration_cast<clock_type::duration>(
-                         std::chrono::duration<double>(static_cast<double>(s.step + 1) / opt.tokens_per_s));
+    if (opt.slowdown_per_sequence <= 0)
+      return s.start + std::chrono::duration_cast<clock_type::duration>(
+                           std::chrono::duration<double>(static_cast<double>(s.step + 1) / opt.tokens_per_s));
+    // Each token 1/rate after the previous one, at the rate of the load now.
+    const double rate = opt.tokens_per_s / (1.0 + opt.slowdown_per_sequence * static_cast<double>(std::max(decoding_now.load() - 1, 0)));
+    return (s.step == 0 ? s.start : s.last) +
+           std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(1.0 / rate));
+  }
+
+  /// Sequences decoding: each unfinished sample of every stream that is producing tokens.
+  int count_decoding() const {
+    int n = 0;
+    for (const auto& c : conns) {
+      if (c->closed || !c->stream || c->stream->stalled) continue;
+      const stream_state& s = *c->stream;
+      if (s.at != stream_state::phase::first && s.at != stream_state::phase::tokens) continue;
+      for (const auto& sample : s.samples) n += s.step < sample.size() ? 1 : 0;
+    }
+    return n;
+  }
+
+  // ---- a generator's pieces and forks -----------------------------------------------
+
+  /// A generator's piece: a special's or a code point's id, else the dictionary's.
+  piece dictionary_piece(const std::string& text) {
+    for (const auto& [sp, id] : specials)
+      if (text == sp) return {text, id, id == think_open_id || id == think_close_id};
+    const auto ids = fake_server::tokenize(text);
+    if (ids.size() == 1) return {text, ids[0], false};
+    std::lock_guard lock(mutex);
+    auto [it, fresh] = dictionary.try_emplace(text, static_cast<token_id>(first_dictionary_id + dictionary_text.size()));
+    if (fresh) dictionary_text.push_back(text);
+    return {text, it->second, false};
+  }
+
+  /// The samples of a fork with a generator: from the chat request its prompt
+  /// continues (the longest match, by ids or by text), else `unmatched_fork`.
+  std::vector<std::vector<std::string>> fork_samples(int rec, const std::vector<token_id>& prompt, const std::string& text,
+                                                     bool was_text, int n) {
+    const chat_memory* best = nullptr;
+    std::size_t best_len = 0, best_reasoning = 0;
+    for (auto it = chats.rbegin(); it != chats.rend(); ++it) {
+      const chat_memory& m = *it;
+      std::size_t matched = 0, reasoning = 0;
+      if (!was_text) {
+        if (prompt.size() < m.prompt.size() || !std::equal(m.prompt.begin(), m.prompt.end(), prompt.begin())) continue;
+        while (m.prompt.size() + matched < prompt.size() && matched < m.output.size() &&
+               prompt[m.prompt.size() + matched] == m.output[matched])
+          ++matched;
+        for (std::size_t i = 0; i < matched; ++i) {
+          if (m.output[i] == think_close_id) break;
+          if (m.output[i] != think_open_id) ++reasoning;
+        }
+      } else {
+        if (!text.starts_with(m.prompt_text)) continue;
+        std::string_view rest(text);
+        rest.remove_prefix(m.prompt_text.size());
+        if (rest.starts_with("<think>")) rest.remove_prefix(7);
+        for (const auto& piece : m.gen->reasoning) {
+          if (piece.empty() || !rest.starts_with(piece)) break;
+          rest.remove_prefix(piece.size());
+          ++reasoning;
+        }
+        matched = m.prompt_text.size() + reasoning;
+      }
+      if (!best || matched > best_len) {
+        best = &m;
+        best_len = matched;
+        best_reasoning = reasoning;
+      }
+    }
+    std::vector<std::vector<std::string>> out;
+    if (best && best->gen->fork) out = best->gen->fork(best_reasoning, n);
+    out.resize(static_cast<std::size_t>(std::max(n, 0)));
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (out[i].empty()) out[i] = unmatched(static_cast<int>(i));
+    std::lock_guard lock(mutex);
+    request_record& r = records[static_cast<std::size_t>(rec)];
+    if (best) {
+      r.continues = best->record;
+      r.fork_reasoning_tokens = best_reasoning;
+      r.note = fmt::format("fork of request {} after {} reasoning tokens", best->record, best_reasoning);
+    } else {
+      r.note = "fork that continues no chat request";
+    }
+    return out;
+  }
+
+  std::vector<std::string> unmatched(int sample) const {
+    if (opt.unmatched_fork) return opt.unmatched_fork(sample);
+    const std::string_view text =
+        "I cannot tell which reasoning this continues, so I have no kernel to write yet.";
+    std::vector<std::string> pieces;
+    for (std::size_t i = 0; i < text.size(); i += 4) pieces.emplace_back(text.substr(i, 4));
+    return pieces;
   }
 
   /// Produces the stream's due events, then writes what is due.
@@ -577,6 +720,7 @@ struct fake_server::impl {
           if (s.at != phase::tokens) return;  // a fault ended the stream
         }
         ++s.step;
+        s.last = due;
         if (!any) s.at = phase::usage;
         return;
       }
@@ -839,6 +983,38 @@ std::string fake_server::chat_template(std::string_view system, std::string_view
   out += fmt::format("<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n", prompt);
   return out;
 }
+
+std::optional<std::string> fake_server::piece_of(token_id id) const {
+  for (const auto& [s, sid] : specials)
+    if (id == sid) return std::string(s);
+  if (id >= first_dictionary_id) {
+    std::lock_guard lock(impl_->mutex);
+    const auto i = static_cast<std::size_t>(id - first_dictionary_id);
+    if (i < impl_->dictionary_text.size()) return impl_->dictionary_text[i];
+    return std::nullopt;
+  }
+  if (id < 1000 || id > 1000 + 0x10FFFF) return std::nullopt;
+  const auto cp = static_cast<std::uint32_t>(id - 1000);
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+int fake_server::decoding_sequences() const { return impl_->decoding_now.load(); }
 
 std::vector<token_id> fake_server::main_generation_ids() const {
   std::vector<token_id> ids{think_open_id};

@@ -10,6 +10,13 @@
 // and the answer pieces. As vLLM's reasoning parser does, no chunk is streamed
 // for a token that is only a think marker; continuous usage still counts it.
 //
+// Instead of the script, a `generator` may supply each chat request's
+// generation (the stand-in server plays recorded traces this way); a fork
+// (a completion whose prompt continues a chat request's prompt and output,
+// by ids or by text) then asks that generation what its samples write.
+// Decoding can slow down with the number of sequences decoding at once
+// (`slowdown_per_sequence`).
+//
 // As SGLang does, its SGLang mode refuses `return_token_ids` (and
 // `return_prompt_token_ids`) on a streamed chat completion with HTTP 400, and
 // streams `token_ids` (and `prompt_token_ids` in each choice's first chunk) on
@@ -29,6 +36,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +68,19 @@ struct fault {
   bool echo_authorization = false;  ///< with a status: the error message quotes the request's Authorization header
 };
 
+/// One chat request's generation, supplied by `server_options::generator`.
+struct generation {
+  std::vector<std::string> reasoning{};  ///< one token per piece
+  std::vector<std::string> answer{};     ///< one token per piece
+  /// The samples (pieces, one token each) of a fork from the first
+  /// `reasoning_tokens` reasoning tokens of this generation; called once per
+  /// fork, on the server's thread. Empty function: every sample writes
+  /// `server_options::unmatched_fork`.
+  std::function<std::vector<std::vector<std::string>>(std::size_t reasoning_tokens, int samples)> fork{};
+  std::string note{};   ///< recorded with the request (request_record::note)
+  std::string error{};  ///< not empty: the request is answered with HTTP 400 and this message
+};
+
 struct server_options {
   wire format = wire::vllm;
   std::string model = "test/Qwen3-8B";
@@ -78,6 +99,22 @@ struct server_options {
   std::vector<std::string> answer{"Final", ":", " ok", "."};
   /// What fork sample `i` writes (one token per code point).
   std::function<std::string(int sample)> fork_answer{};
+  /// Decode slowdown under load: with B sequences decoding (each chat stream
+  /// and each unfinished sample of a completion), each decodes at
+  /// tokens_per_s / (1 + slowdown_per_sequence * (B - 1)); a token is due that
+  /// long after the previous one, at the rate of the moment. 0: no slowdown.
+  double slowdown_per_sequence = 0;
+  /// The port to listen on (127.0.0.1); 0: a free one.
+  int port = 0;
+  /// When set, a chat request plays what this returns for its (system,
+  /// prompt) instead of `reasoning` and `answer`; pieces of several code
+  /// points get ids from a dictionary of the server's own (above every id the
+  /// tokenizer produces, the same for the same piece in every request), so a
+  /// fork by ids is matched to the request it continues.
+  std::function<std::shared_ptr<const generation>(std::string_view system, std::string_view prompt)> generator{};
+  /// With a generator: what each sample of a fork that continues no known
+  /// chat request writes (pieces). Default: a short answer without a kernel.
+  std::function<std::vector<std::string>(int sample)> unmatched_fork{};
   bool record_lateness = false;  ///< keep each paced event's delay past its due time
   std::size_t models_padding_bytes = 0;  ///< GET /v1/models answers with this many bytes of padding besides the list
 };
@@ -101,6 +138,9 @@ struct request_record {
   bool aborted = false;        ///< an /abort_request named it
   std::string rid;             ///< the request id it was given (request_id, rid or X-Request-Id)
   std::chrono::steady_clock::time_point first_byte{};  ///< when its first byte arrived
+  std::string note;             ///< with a generator: its note (chat), or what the fork matched
+  int continues = -1;           ///< with a generator, a fork: the number of the chat request it continues (-1: none)
+  std::size_t fork_reasoning_tokens = 0;  ///< with a generator, a fork: reasoning tokens in its prefix
 };
 
 class fake_server {
@@ -128,6 +168,11 @@ class fake_server {
   [[nodiscard]] static std::string chat_template(std::string_view system, std::string_view prompt);
   /// Ids of the main generation (what `generated` ends as, unless cut).
   [[nodiscard]] std::vector<token_id> main_generation_ids() const;
+  /// The text of an id this server produces or streams (a code point, a
+  /// special token, or a generator's piece); nullopt for an id it never made.
+  [[nodiscard]] std::optional<std::string> piece_of(token_id id) const;
+  /// Sequences decoding now (what `slowdown_per_sequence` counts).
+  [[nodiscard]] int decoding_sequences() const;
 
   struct impl;
 
