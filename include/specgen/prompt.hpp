@@ -529,8 +529,18 @@ struct default_prompt_builder {
       for (const auto& [v, n] : rest) parts.push_back(fmt::format("{} {}", n, v));
       s += fmt::format("({} more kernels not shown: {})\n", entries.size() - order.size(), fmt::join(parts, ", "));
     }
+    // Answers without a kernel: one entry per distinct answer ending, with how often it was written.
+    std::vector<std::pair<const extract_miss*, int>> misses;
     for (const auto* m : c.misses) {
-      s += fmt::format("### Answer without a kernel [{}] ({})\n{}\n", m->reason, detail::origin_text(m->prov), m->message);
+      auto it = std::find_if(misses.begin(), misses.end(), [&](const auto& e) {
+        return e.first->reason == m->reason && e.first->message == m->message && e.first->excerpt == m->excerpt;
+      });
+      if (it == misses.end()) misses.emplace_back(m, 1);
+      else ++it->second;
+    }
+    for (const auto& [m, n] : misses) {
+      s += fmt::format("### Answer without a kernel [{}] ({}{})\n{}\n", m->reason, detail::origin_text(m->prov),
+                       n > 1 ? fmt::format("; written {} times", n) : "", m->message);
       if (!m->excerpt.empty()) s += fmt::format("It ended:\n```text\n{}\n```\n", m->excerpt);
     }
     s += "\n";

@@ -3,6 +3,8 @@
 #include "sse.hpp"
 
 #include <curl/curl.h>
+
+#include <sys/socket.h>
 #include <fmt/format.h>
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -77,6 +80,7 @@ struct http_client::impl {
     impl* owner = nullptr;
     stream_id id = 0;  ///< 0 for a plain request
     CURL* easy = nullptr;
+    curl_socket_t sock = CURL_SOCKET_BAD;  ///< the connection's socket, once libcurl has one for it
     curl_slist* headers = nullptr;
     std::string url, method, body, request_id;
     std::string shown_url;  ///< `url` with its credentials redacted: what messages say
@@ -218,17 +222,20 @@ struct http_client::impl {
 
   // ---- the I/O thread --------------------------------------------------------------
 
-  static int on_socket(CURL*, curl_socket_t s, int what, void* user, void* assigned) {
+  static int on_socket(CURL* easy, curl_socket_t s, int what, void* user, void* assigned) {
     auto& m = *static_cast<impl*>(user);
     if (what == CURL_POLL_REMOVE) {
       ::epoll_ctl(m.epfd, EPOLL_CTL_DEL, s, nullptr);
       return 0;
     }
+    transfer* tp = nullptr;
+    if (easy && curl_easy_getinfo(easy, CURLINFO_PRIVATE, &tp) == CURLE_OK && tp) tp->sock = s;
     epoll_event ev{};
     ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
     ev.data.fd = s;
     if (assigned) {
-      ::epoll_ctl(m.epfd, EPOLL_CTL_MOD, s, &ev);
+      // A connection reused from libcurl's cache keeps its assignment but was removed from the set.
+      if (::epoll_ctl(m.epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT) ::epoll_ctl(m.epfd, EPOLL_CTL_ADD, s, &ev);
     } else {
       ::epoll_ctl(m.epfd, EPOLL_CTL_ADD, s, &ev);
       curl_multi_assign(m.multi, s, &m);  // marks the socket as watched
@@ -554,7 +561,8 @@ struct http_client::impl {
   /// Ends a stream the client gives up on; `abort` also cancels it on the server.
   void end_stream(stream_id id, const std::string& why, bool abort) {
     transfer& t = *streams.at(id);
-    curl_multi_remove_handle(multi, t.easy);
+    if (abort) close_connection(t);
+    else curl_multi_remove_handle(multi, t.easy);
     t.in_multi = false;
     t.sse.finish([&](std::string_view data) { event(t, data); });
     t.decoder->on_failure(why, batch);
@@ -595,10 +603,21 @@ struct http_client::impl {
     if (it == streams.end()) return;
     transfer& t = *it->second;
     if (t.in_multi) {
-      curl_multi_remove_handle(multi, t.easy);  // closes the connection mid-response: vLLM aborts the request
+      close_connection(t);  // vLLM aborts a request whose connection closes
       post_abort(t);
     }
     streams.erase(it);
+  }
+
+  /// Ends a transfer mid-response and closes its connection at once. Removing
+  /// the handle alone may leave the socket open in libcurl's connection cache
+  /// (seen with several transfers in flight), and the server would then go on
+  /// generating into it; shutting the socket down first makes the server see
+  /// the close now, and libcurl then discards the dead connection.
+  void close_connection(transfer& t) {
+    if (t.sock != CURL_SOCKET_BAD) ::shutdown(t.sock, SHUT_RDWR);
+    curl_multi_remove_handle(multi, t.easy);
+    t.in_multi = false;
   }
 
   void post_abort(const transfer& t) {
