@@ -27,6 +27,12 @@
 #include <specgen/replay/replay_model.hpp>
 #include <specgen/replay/trace_gen.hpp>
 #include <specgen/task_io.hpp>
+#ifdef SPECGEN_BENCH_OPENAI
+#include "standin.hpp"
+
+#include <specgen/backend/openai.hpp>
+#include <specgen/replay/responsive.hpp>
+#endif
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -35,6 +41,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -672,6 +679,49 @@ int bench_calibrate(const programs::args& a) {
 
 // ---- e2e-live ----------------------------------------------------------------------------
 
+/// Wraps a backend and notes, for each fork, when the library began working
+/// on it: the arrival of the reasoning chunk whose delivery fired the trigger
+/// (the fork is requested inside that delivery), or the fork call itself for a
+/// trigger fired outside one (idle GPUs). Matched afterwards with the time the
+/// server received the request's first byte.
+template <backend B>
+class fork_timer : private stream_sink {
+ public:
+  explicit fork_timer(B& inner) : inner_(inner) {}
+  backend_limits limits() const { return inner_.limits(); }
+  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+    auto id = inner_.start_reasoning(r, *this);
+    if (id) sinks_[*id] = &sink;
+    return id;
+  }
+  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+    const auto began = delivering_ ? *delivering_ : steady::now();
+    auto id = inner_.fork(f, *this);
+    if (id) {
+      sinks_[*id] = &sink;
+      began_[*id] = began;
+    }
+    return id;
+  }
+  void cancel(stream_id id) { inner_.cancel(id); }
+  [[nodiscard]] const std::map<stream_id, steady::time_point>& fork_began() const { return began_; }
+
+ private:
+  void on_chunk(const stream_chunk& c) override {
+    delivering_ = steady::now();
+    sinks_.at(c.id)->on_chunk(c);
+    delivering_.reset();
+  }
+  void on_end(const stream_end& e) override {
+    auto it = sinks_.find(e.id);
+    if (it != sinks_.end()) it->second->on_end(e);
+  }
+  B& inner_;
+  std::map<stream_id, stream_sink*> sinks_;
+  std::map<stream_id, steady::time_point> began_;
+  std::optional<steady::time_point> delivering_;
+};
+
 /// The e2e comparison on real GPUs in real time: the replay model at its
 /// calibrated decode speed, `gpu_pool` on every visible GPU as the evaluator,
 /// a subset of a corpus small enough for minutes. The same subset also runs
@@ -713,14 +763,42 @@ int bench_e2e_live(const programs::args& a) {
   });
   const std::vector<std::string> chosen =
       a.has("modes") ? programs::split_list(a.get("modes")) : std::vector<std::string>{"sequential", "specgen"};
+  // --server standin: the live runs' model is the stand-in server over HTTP (the
+  // OpenAI backend, token-id forks, a model that answers its prompts' feedback);
+  // their virtual twins play the same responsive traces in the replay model.
+  const std::string server_kind = a.get("server", "replay");
+  if (server_kind != "replay" && server_kind != "standin")
+    throw std::invalid_argument(fmt::format("--server {}: use replay or standin", server_kind));
+  const bool standin = server_kind == "standin";
+#ifndef SPECGEN_BENCH_OPENAI
+  if (standin) throw std::invalid_argument("--server standin: specgen-bench was built without libcurl (the OpenAI backend)");
+#endif
+  replay::replay_params rp;  // the calibrated decode speed (docs/replay-model.md)
+  rp.decode_tokens_per_s = a.number<double>("tokens-per-s", rp.decode_tokens_per_s, detail::in(1.0, 1e5));
+  // The decode slowdown per extra sequence; the stand-in's contention levels (low, middle, high) span the published band.
+  std::map<std::string, double> band{{"low", 0.01}, {"middle", 0.025}, {"high", 0.04}};
+  std::string level = a.get("contention", standin ? "middle" : "");
+  if (!level.empty()) {
+    if (auto it = band.find(level); it != band.end()) {
+      rp.slowdown_per_sequence = it->second;
+    } else {
+      double v = -1;
+      auto [p, ec] = std::from_chars(level.data(), level.data() + level.size(), v);
+      if (ec != std::errc{} || p != level.data() + level.size() || !(v >= 0 && v <= 1))
+        throw std::invalid_argument(fmt::format("--contention {}: use low, middle, high or a number in [0, 1]", level));
+      rp.slowdown_per_sequence = v;
+    }
+  }
   const auto gpus = gpus_or_explain();
   if (!gpus) return 0;
-  replay::replay_params rp;  // the calibrated decode speed (docs/replay-model.md)
-  fmt::print("specgen-bench e2e-live: {} tasks x {} rounds on {} GPU(s), replay at {:.0f} tokens/s, target {:.2f}x\n",
-             corpus->tasks.size(), rounds, *gpus, rp.decode_tokens_per_s, target);
+  fmt::print("specgen-bench e2e-live: {} tasks x {} rounds on {} GPU(s), {} at {:.0f} tokens/s per stream (slowdown {:g} per "
+             "extra sequence), target {:.2f}x\n",
+             corpus->tasks.size(), rounds, *gpus, standin ? "the stand-in server over HTTP" : "replay", rp.decode_tokens_per_s,
+             rp.slowdown_per_sequence, target);
 
   nlohmann::json out = {{"benchmark", "e2e-live"}, {"corpus", dir.string()}, {"rounds", rounds}, {"gpus", *gpus},
-                        {"decode_tokens_per_s", rp.decode_tokens_per_s}, {"target_speedup", target},
+                        {"server", server_kind}, {"decode_tokens_per_s", rp.decode_tokens_per_s},
+                        {"slowdown_per_sequence", rp.slowdown_per_sequence}, {"target_speedup", target},
                         {"tasks", nlohmann::json::array()}, {"live", nlohmann::json::object()},
                         {"virtual", nlohmann::json::object()}};
   for (const auto& t : corpus->tasks) out["tasks"].push_back(t.name);
@@ -728,11 +806,33 @@ int bench_e2e_live(const programs::args& a) {
     nlohmann::json searches = nlohmann::json::array();
     for (const auto& s : r.searches)
       searches.push_back({{"task", s.task}, {"rounds", s.rounds}, {"best_speedup", s.best_speedup},
-                          {"profiled", s.profiled}, {"forks", s.forks}, {"end_reason", s.end_reason},
-                          {"end_seconds", s.end_seconds}, {"verdicts", s.verdicts}});
+                          {"profiled", s.profiled}, {"forks", s.forks}, {"terminations", s.terminations},
+                          {"end_reason", s.end_reason}, {"end_seconds", s.end_seconds},
+                          {"seconds_to_target", s.seconds_to_target ? nlohmann::json(*s.seconds_to_target) : nlohmann::json()},
+                          {"tokens", s.generated_tokens}, {"verdicts", s.verdicts}, {"unjudged", s.unjudged}});
+    double busy = 0;
+    nlohmann::json per_gpu = nlohmann::json::array();
+    for (auto b : r.scheduler.device_busy) {
+      busy += to_seconds(b);
+      per_gpu.push_back(to_seconds(b));
+    }
     return nlohmann::json{{"e2e_seconds", r.e2e_seconds}, {"profiled_kernels", r.profiled_kernels},
-                          {"pool_utilization", r.pool_utilization}, {"tokens", r.generated_tokens},
+                          {"pool_utilization", r.pool_utilization}, {"gpu_busy_seconds", busy},
+                          {"gpu_busy_seconds_per_device", per_gpu}, {"tokens", r.generated_tokens},
                           {"best_speedup_geomean", r.best_speedup_geomean}, {"searches", searches}};
+  };
+#ifdef SPECGEN_BENCH_OPENAI
+  const auto responsive = standin ? std::make_shared<const replay::responsive_traces>(corpus->traces) : nullptr;
+#endif
+  // A virtual run: the simulated device answering from the measured cost table; under --server
+  // standin the replay model plays what the stand-in would (the responsive traces).
+  auto run_virtual = [&](engine_config cfg, const replay::replay_params& params, const programs::run_options& o) {
+    event_loop<virtual_clock> vloop;
+    replay::replay_model vmodel(vloop, corpus->traces, params);
+#ifdef SPECGEN_BENCH_OPENAI
+    if (responsive) vmodel.set_trace_chooser(replay::responsive_chooser(responsive));
+#endif
+    return programs::run_corpus_with(vloop, vmodel, *corpus, std::move(cfg), o);
   };
   if (a.has("kv") && a.get("kv") != "gpu" && a.get("kv") != "modelled")
     throw std::invalid_argument(fmt::format("--kv: 'gpu' or 'modelled', got '{}'", a.get("kv")));
@@ -770,13 +870,24 @@ int bench_e2e_live(const programs::args& a) {
     programs::run_options o;
     o.sim.devices = *gpus;
     if (a.has("kv")) o.replay.server_prefix_hit = kv_prefix_hit;  // the virtual run as the live one
-    auto v = programs::run_corpus<virtual_clock>(*corpus, config(), o);
+    auto v = run_virtual(config(), rp, o);
     if (!v) throw std::runtime_error(fmt::format("{} (virtual): {}", mode, v.error().message));
     out["virtual"][mode] = summary(*v);
     runs["virtual"][mode] = *v;
+    if (standin)
+      // The same comparison at each end of the published contention band, on the simulated clock.
+      for (const auto& [name, slowdown] : band) {
+        auto bp = rp;
+        bp.slowdown_per_sequence = slowdown;
+        auto b = run_virtual(config(), bp, o);
+        if (!b) throw std::runtime_error(fmt::format("{} (virtual, contention {}): {}", mode, name, b.error().message));
+        out["virtual_band"][name][mode] = summary(*b);
+        runs["virtual " + name][mode] = *b;
+      }
     // Real time, real GPUs.
     event_loop<steady_clock> loop;
-    replay::replay_model model(loop, corpus->traces, rp);
+    std::optional<replay::replay_model> replayed;
+    if (!standin) replayed.emplace(loop, corpus->traces, rp);
     gpu::pool_config pc;
     temp_dir cache("e2e-live");
     pc.session = session_for(0, cache.path.string());
@@ -796,14 +907,51 @@ int bench_e2e_live(const programs::args& a) {
     if (a.has("journal-dir")) {
       journal = std::make_unique<journal_writer>(std::filesystem::path(a.get("journal-dir")) / (mode + ".jsonl"), false);
     }
-    engine eng(loop, model, **pool, config(), journal.get());
 #ifdef SPECGEN_BENCH_KV
     const auto store_used = std::exchange(live_kv, nullptr);  // the next mode's virtual run keeps the modelled policy
 #endif
-    for (const auto& t : corpus->tasks) eng.add_search(std::make_shared<const task>(t));
     const auto w0 = steady::now();
-    const run_result r = eng.run();
+    auto run_live = [&](auto& backend) {
+      engine eng(loop, backend, **pool, config(), journal.get());
+      for (const auto& t : corpus->tasks) eng.add_search(std::make_shared<const task>(t));
+      return eng.run();
+    };
+    run_result r;
+    nlohmann::json fork_latency;
+    if (replayed) {
+      r = run_live(*replayed);
+    } else {
+#ifdef SPECGEN_BENCH_OPENAI
+      openai::testing::standin_options so;
+      so.tokens_per_s = rp.decode_tokens_per_s;
+      so.slowdown_per_sequence = rp.slowdown_per_sequence;
+      openai::testing::fake_server server(openai::testing::standin_server_options(responsive, so));
+      openai::openai_config oc;
+      oc.base_url = server.base_url();
+      oc.model = so.model;
+      auto served = openai::openai_backend::create(loop, oc);
+      if (!served) throw std::runtime_error(fmt::format("cannot reach the stand-in server: {}", served.error().message));
+      fork_timer<openai::openai_backend> timed(**served);
+      r = run_live(timed);
+      // From the chunk that fired a trigger reaching the library to the fork request's first byte at the server.
+      std::vector<double> lat;
+      for (const auto& q : server.requests()) {
+        if (q.path != "/v1/completions") continue;
+        const auto dash = q.rid.rfind('-');
+        if (dash == std::string::npos) continue;
+        const auto it = timed.fork_began().find(std::stoull(q.rid.substr(dash + 1)));
+        if (it != timed.fork_began().end()) lat.push_back(std::chrono::duration<double>(q.first_byte - it->second).count());
+      }
+      std::sort(lat.begin(), lat.end());
+      auto pct = [&](double p) { return lat.empty() ? 0.0 : lat[static_cast<std::size_t>(p * static_cast<double>(lat.size() - 1))]; };
+      fork_latency = {{"forks", lat.size()}, {"p50_s", pct(0.5)}, {"p99_s", pct(0.99)}, {"max_s", pct(1.0)}};
+      fmt::print("{:<12} fork latency (trigger chunk to the request's first byte at the server): {} forks, median {:.3f} ms, "
+                 "p99 {:.3f} ms, max {:.3f} ms ({} 1 ms at the median)\n",
+                 mode, lat.size(), 1e3 * pct(0.5), 1e3 * pct(0.99), 1e3 * pct(1.0), pct(0.5) <= 1e-3 ? "within" : "ABOVE");
+#endif
+    }
     out["live"][mode] = summary(r);
+    if (!fork_latency.is_null()) out["live"][mode]["fork_latency"] = fork_latency;
     runs["live"][mode] = r;
 #ifdef SPECGEN_BENCH_KV
     if (store_used) {
@@ -828,15 +976,18 @@ int bench_e2e_live(const programs::args& a) {
   if (runs["live"].contains("sequential"))
     for (const auto& mode : chosen) {
       if (mode == "sequential") continue;
-      for (const char* clock : {"live", "virtual"}) {
+      std::vector<std::string> clocks{"live", "virtual"};
+      if (standin) clocks.insert(clocks.end(), {"virtual low", "virtual high"});
+      for (const auto& clock : clocks) {
         const run_result& b = runs[clock]["sequential"];
         const run_result& m = runs[clock][mode];
         const double e2e = b.e2e_seconds / m.e2e_seconds;
         const double prof = b.profiled_kernels > 0 ? static_cast<double>(m.profiled_kernels) / b.profiled_kernels : 0.0;
         // Per task: each search's own time, as `specgen-bench e2e` reports it.
         const double per_task = programs::search_time_ratio(programs::search_seconds(b), programs::search_seconds(m));
-        out[clock][mode]["vs_sequential"] = {{"e2e_speedup", e2e}, {"search_time_speedup_geomean", per_task},
-                                             {"profiled_ratio", prof}};
+        const nlohmann::json ratios = {{"e2e_speedup", e2e}, {"search_time_speedup_geomean", per_task}, {"profiled_ratio", prof}};
+        if (clock.starts_with("virtual ")) out["virtual_band"][clock.substr(8)][mode]["vs_sequential"] = ratios;
+        else out[clock][mode]["vs_sequential"] = ratios;
         fmt::print("{:<12} vs sequential ({:<7}): e2e {:.2f}x lower (last search), per task {:.2f}x, profiled {:.2f}x, "
                    "utilisation {:.2f}\n",
                    mode, clock, e2e, per_task, prof, m.pool_utilization);
@@ -853,7 +1004,8 @@ int run_gpu_bench(int argc, char** argv) {
   const std::string_view cmd = argv[1];
   const programs::args a(argc, argv,
                          {"json", "tasks", "task", "reps", "runs", "device", "suite", "table", "corpus", "live-tasks",
-                          "rounds", "target", "modes", "max-seconds", "kv", "journal-dir"},
+                          "rounds", "target", "modes", "max-seconds", "kv", "journal-dir", "server", "tokens-per-s",
+                          "contention"},
                          {"help", "hardware-metrics"}, 2);
   if (cmd == "gpu-latency") return bench_latency(a);
   if (cmd == "gpu-spread") return bench_spread(a);

@@ -74,6 +74,13 @@ e2e-live options (real GPUs, real time, replay model at its calibrated speed):
                        virtual time on the simulated device, reported side by side
   --kv gpu             swap the modes' KV policy for the real GPU KV store (live runs only;
                        the pool makes room in it before each job)
+  --server standin     the live runs' model is the stand-in server over HTTP (OpenAI backend,
+                       token-id forks, a model that answers feedback); the virtual twins play
+                       the same responsive traces, also at both ends of the contention band;
+                       the fork latency (trigger to the request's first byte) is measured
+  --tokens-per-s R     decode speed per stream (default 70); --contention low|middle|high|A
+                       slowdown per extra sequence (0.01, 0.025, 0.04; default middle with
+                       --server standin, else the replay model's 0.01)
   --json FILE          write the JSON results
 kv-* options (the GPU KV store, docs/kv-store.md; "no GPU: <reason>" and exit 0 without one):
   --device N           the GPU receiving the blocks (default 0); --peer-device N the GPU holding

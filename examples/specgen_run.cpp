@@ -4,7 +4,9 @@
 // replay traces and the cost table measured on an H200) in `specgen` mode on
 // the simulated device, in virtual time, and writes results.json,
 // journal.jsonl and timeline.json under ./specgen-out. `--evaluator gpu`
-// evaluates every candidate on the real GPUs instead.
+// evaluates every candidate on the real GPUs instead. `--backend openai
+// --evaluator gpu --task-files F...` is the whole product: a served model
+// writes kernels for one's own tasks and the GPUs judge them, in real time.
 #include "support/args.hpp"
 #include "support/out_dir.hpp"
 #include "support/world.hpp"
@@ -16,6 +18,7 @@
 #endif
 #ifdef SPECGEN_RUN_GPU
 #include <specgen/gpu/evaluation.hpp>
+#include <specgen/gpu/runtime.hpp>
 #endif
 
 #include <fmt/format.h>
@@ -26,6 +29,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <memory>
 #include <optional>
 
 namespace fs = std::filesystem;
@@ -38,13 +43,20 @@ constexpr const char* usage_text = R"(usage: specgen-run [options]
 Runs one speculative kernel search per task of a suite and writes the results.
 
 Suite and model:
+  --task-files PATH...  one's own tasks: task files (docs/task-format.md) and
+                      directories of them (every *.json, by file name); takes the
+                      values up to the next --option, and may be repeated. Task
+                      names must be unique. With --backend openai --evaluator gpu
+                      (task files have no recorded traces to replay)
   --corpus DIR        a replay corpus (tasks/, traces/, cost_table.json); default:
                       the bundled suite (tasks/suite, 20 tasks); "procedural" for
-                      the generated corpus
+                      the generated corpus. With --backend openai only its tasks/
+                      are read
   --corpus-seed N     seed of the procedural corpus (default 1)
   --tasks N           run only the first N tasks (1 to 10000)
-  --backend NAME      replay (default), or openai: a vLLM, SGLang or other
-                      OpenAI-compatible server (runs in real time)
+  --backend NAME      replay (default): the model replays the corpus's recorded
+                      traces; openai: a vLLM, SGLang or other OpenAI-compatible
+                      server writes the kernels (with --evaluator gpu; real time)
   --decode-rate R     the replay model's decode speed in tokens/s, 1 to 100000
                       (default 70, the calibrated speed of a large reasoning model
                       on an H200)
@@ -56,18 +68,25 @@ Search:
                       refused if the file sets a strategy, trigger, termination,
                       pool or kv other than the mode's
   --rounds N          iterations per task, 1 to 10000 (default: the rounds the
-                      corpus recorded, 3 for the suite; 10 for the procedural corpus)
+                      corpus recorded, 3 for the suite; 10 for the procedural corpus
+                      and with --backend openai)
   --seed N            run seed (default 1)
   --target X          target speedup for seconds_to_target, 0.001 to 1000
                       (default 0: none)
 Evaluation:
   --evaluator KIND    sim (default): the simulated device, answering from the
-                      corpus's cost table measured on an H200; gpu: the GPU pool,
+                      corpus's cost table measured on an H200 (it knows only the
+                      kernels it measured: replay backend only); gpu: the GPU pool,
                       compiling, validating and profiling every candidate on real
                       GPUs (real time; the replay model at its calibrated speed)
   --gpus LIST         --evaluator gpu: the GPUs to use, e.g. 0,1 (default: all)
-  --devices N         simulated GPUs, 1 to 1024 (default 4)
+  --devices N         --evaluator sim: simulated GPUs, 1 to 1024 (default 4)
   --real-time         run at wall-clock speed instead of virtual time
+  --stand-in-worker PROGRAM
+                      for testing without a GPU: --evaluator gpu runs its jobs in
+                      PROGRAM (specgen-fake-worker, built with the tests), which
+                      scripts verdicts by kernel name and measures nothing; the GPUs
+                      are --gpus, or one. Never for results
 OpenAI backend (--backend openai; docs/backends.md):
   --base-url URL      the server, e.g. http://127.0.0.1:8000
   --model NAME        the served model name
@@ -77,18 +96,31 @@ OpenAI backend (--backend openai; docs/backends.md):
   --api-key-env VAR   the environment variable that holds the API key
   --openai-config F   a JSON backend configuration (docs/backends.md); the flags
                       above override it
+Backends and evaluators:
+  --backend replay --evaluator sim   (the default) recorded kernels, simulated
+                                     device, virtual time
+  --backend replay --evaluator gpu   recorded kernels judged on real GPUs
+  --backend openai --evaluator gpu   a served model's kernels judged on real GPUs:
+                                     one's own tasks (--task-files), a corpus's
+                                     tasks or the suite's
+  --backend openai --evaluator sim   refused: the simulated device has no honest
+                                     verdict for a kernel it never measured
 Output:
   --out DIR           results.json, journal.jsonl, timeline.json (default specgen-out);
                       one run at a time: a second run on DIR exits with status 2
   --resume            continue the run whose journal is in --out, given the flags it
-                      started with (another corpus, configuration or seed is refused)
+                      started with (other tasks, configuration or seed are refused)
+  --check             check the flags and the tasks, reach the server and start the
+                      GPU pool, say what was found, and exit without searching
+                      (nothing is written)
   --progress-every S  seconds of (virtual) time between progress lines, 1 to 86400
                       (default 120; 2 with --real-time)
   --quiet             no progress lines
 
 Exit status: 0 when every search ran (failed streams are counted in the summary and
 results.json); 1 when the run failed, or every stream of a search failed; 2 for bad
-flags, an output directory in use, or a --resume that does not match the journal.
+flags or task files, a refused combination, an output directory in use, or a
+--resume that does not match the journal.
 )";
 
 std::string tokens_text(std::uint64_t n) {
@@ -148,52 +180,159 @@ nlohmann::json openai_summary(const openai::openai_backend& b) {
 }
 #endif
 
+/// What runs: the backend, the evaluator and where the tasks come from. Every
+/// combination is decided here, and a refused one says what to use instead.
+struct run_plan {
+  bool openai = false;   ///< --backend openai (else replay)
+  bool on_gpus = false;  ///< --evaluator gpu (else the simulated device)
+  bool stand_in = false; ///< --stand-in-worker: the GPU pool's jobs run in a stand-in, verdicts scripted
+  std::vector<fs::path> task_files{};
+};
+
+run_plan choose_run(const programs::args& a) {
+  run_plan p;
+  const std::string backend = a.get("backend", "replay");
+  if (backend != "replay" && backend != "openai") throw std::invalid_argument(fmt::format("--backend {}: use replay or openai", backend));
+  const std::string evaluator = a.get("evaluator", "sim");
+  if (evaluator != "sim" && evaluator != "gpu") throw std::invalid_argument(fmt::format("--evaluator {}: use sim or gpu", evaluator));
+  p.openai = backend == "openai";
+  p.on_gpus = evaluator == "gpu";
+  p.stand_in = a.has("stand-in-worker");
+  for (const auto& f : a.values("task-files")) p.task_files.emplace_back(f);
+  for (const char* flag : {"base-url", "model", "preset", "server", "api-key-env", "openai-config"})
+    if (a.has(flag) && !p.openai) throw std::invalid_argument(fmt::format("--{} needs --backend openai", flag));
+
+  if (a.has("task-files") && a.has("corpus"))
+    throw std::invalid_argument("--task-files and --corpus: give one or the other (task files are tasks alone; a corpus "
+                                "directory holds tasks/ with their recorded traces and cost table)");
+  if (p.openai && !p.on_gpus)
+    throw std::invalid_argument(
+        "--backend openai needs --evaluator gpu: the simulated device answers only for the kernels its cost table "
+        "measured, so a model's new kernels cannot get an honest verdict there. Use --evaluator gpu on a machine with "
+        "GPUs, or --backend replay to replay recorded kernels on the simulated device");
+  if (a.has("task-files") && !p.openai)
+    throw std::invalid_argument(
+        "--task-files needs --backend openai: the replay backend plays the traces recorded for a corpus, and task files "
+        "have none. Use --corpus DIR for a corpus with traces, or --backend openai --evaluator gpu to have a served "
+        "model write kernels for these tasks");
+  if (p.openai && a.get("corpus") == "procedural")
+    throw std::invalid_argument("--corpus procedural is generated for the replay backend; with --backend openai give "
+                                "--task-files, a --corpus DIR (its tasks are read), or neither for the bundled suite's tasks");
+  if (a.has("decode-rate") && p.openai)
+    throw std::invalid_argument("--decode-rate is the replay model's; a server decodes at its own speed");
+  if (a.has("devices") && p.on_gpus)
+    throw std::invalid_argument("--devices is the simulated device's number of GPUs; with --evaluator gpu choose the GPUs with --gpus");
+  if (a.has("gpus") && !p.on_gpus) throw std::invalid_argument("--gpus needs --evaluator gpu");
+  if (p.stand_in && !p.on_gpus) throw std::invalid_argument("--stand-in-worker needs --evaluator gpu");
+  return p;
+}
+
+/// Refuses what this build of specgen-run cannot do (checked after the tasks
+/// load, so a task file's errors are reported by every build).
+void check_build([[maybe_unused]] const run_plan& p) {
+#ifndef SPECGEN_RUN_OPENAI
+  if (p.openai)
+    throw std::invalid_argument("--backend openai: this specgen-run was built without libcurl (install libcurl4-openssl-dev and rebuild)");
+#endif
+#ifndef SPECGEN_RUN_GPU
+  if (p.on_gpus)
+    throw std::invalid_argument("--evaluator gpu: this specgen-run was built without the CUDA Toolkit, so it has no GPU "
+                                "evaluator; rebuild where the toolkit is installed");
+#endif
+}
+
+/// The evaluator as results.json and the startup line name it.
+std::string evaluator_name(const run_plan& p) {
+  if (!p.on_gpus) return "simulated_device";
+  return p.stand_in ? "gpu_pool (stand-in worker: scripted verdicts, not measured)" : "gpu_pool";
+}
+
 #ifdef SPECGEN_RUN_GPU
-/// The search on real GPUs: the replay model in real time and the GPU pool
-/// (a worker per GPU) evaluating every candidate the traces produce.
-expected<run_result, programs::run_error> run_on_gpus(const programs::args& a, const replay::corpus& corpus, engine_config cfg,
-                                        const programs::run_options& o) {
-  auto n = gpu::device_count();
-  if (!n || *n == 0)
-    return unexpected(error{fmt::format("--evaluator gpu: no GPU: {}", n ? "the driver reports no devices" : n.error().message)});
+/// What a stand-in worker is said to run on: an H200 as the driver describes
+/// one (the compiler targets its architecture, the roofline check uses its
+/// bandwidth). Nothing runs on it.
+gpu::device_info stand_in_device() {
+  gpu::device_info d;
+  d.name = "stand-in (no GPU)";
+  d.sm_major = 9;
+  d.sm_minor = 0;
+  d.arch = "sm_90a";
+  d.l2_bytes = std::int64_t{50} << 20;
+  d.memory_bytes = std::int64_t{141} << 30;
+  d.multiprocessors = 132;
+  d.peak_dram_gbps = 4800;
+  return d;
+}
+
+/// The GPU pool's configuration from --gpus and --stand-in-worker. On real
+/// GPUs every index must be one of this machine's (default: all of them). A
+/// stand-in worker needs no GPU: its devices are --gpus, or device 0.
+gpu::pool_config pool_config_from(const programs::args& a, const run_plan& p) {
   gpu::pool_config pc;
-  if (a.has("gpus"))
+  int n = std::numeric_limits<int>::max();
+  if (p.stand_in) {
+    const fs::path w = a.get("stand-in-worker");
+    std::error_code ec;
+    if (!fs::is_regular_file(w, ec))
+      throw std::invalid_argument(fmt::format("--stand-in-worker {}: not a program (no such file)", w.string()));
+    pc.session.worker_program = fs::absolute(w, ec).string();
+    pc.session.assumed_device = stand_in_device();
+  } else {
+    auto count = gpu::device_count();
+    if (!count || *count == 0)
+      throw std::runtime_error(fmt::format("--evaluator gpu: no GPU: {} (to try the flags and the tasks without a GPU: "
+                                           "--stand-in-worker, see --help)",
+                                           count ? "the driver reports no devices" : count.error().message));
+    n = *count;
+  }
+  if (a.has("gpus")) {
     for (const auto& d : programs::split_list(a.get("gpus"))) {
       int index = -1;
-      if (std::from_chars(d.data(), d.data() + d.size(), index).ec != std::errc{} || index < 0 || index >= *n)
-        return unexpected(error{fmt::format("--gpus: '{}' is not a GPU index (this machine has {})", d, *n)});
+      const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), index);
+      if (ec != std::errc{} || end != d.data() + d.size() || index < 0 || index >= n)
+        throw std::invalid_argument(p.stand_in ? fmt::format("--gpus: '{}' is not a GPU index (0, 1, ...)", d)
+                                               : fmt::format("--gpus: '{}' is not a GPU index (this machine has {})", d, n));
       pc.devices.push_back(index);
     }
-  event_loop<steady_clock> loop;
-  auto pool = gpu::gpu_pool::create(loop, pc);
-  if (!pool) return unexpected(error{fmt::format("cannot start the GPU pool: {}", pool.error().message)});
-  fmt::print("             {} GPU(s) in the pool\n", (*pool)->devices());
-  replay::replay_model model(loop, corpus.traces, o.replay);
-  return programs::run_corpus_on(loop, model, **pool, corpus, std::move(cfg), o);
+    if (pc.devices.empty()) throw std::invalid_argument("--gpus: give GPU indices, e.g. 0,1");
+  }
+  if (p.stand_in && pc.devices.empty()) pc.devices = {0};
+  return pc;
+}
+
+/// Start the GPU pool on `loop` and say what it runs on.
+std::unique_ptr<gpu::gpu_pool> start_pool(event_loop<steady_clock>& loop, gpu::pool_config pc, const run_plan& p) {
+  const std::string worker = pc.session.worker_program;
+  auto pool = gpu::gpu_pool::create(loop, std::move(pc));
+  if (!pool) throw std::runtime_error(fmt::format("cannot start the GPU pool: {}", pool.error().message));
+  std::string names;
+  for (int i = 0; i < (*pool)->devices(); ++i)
+    names += fmt::format("{}{} ({})", i ? ", " : "", (*pool)->device(i).index, (*pool)->device(i).name);
+  if (p.stand_in)
+    fmt::print("             {} device(s) in the pool, every job in the stand-in worker {}: verdicts are scripted, "
+               "nothing is measured\n", (*pool)->devices(), worker);
+  else
+    fmt::print("             {} GPU(s) in the pool: {}\n", (*pool)->devices(), names);
+  return std::move(*pool);
 }
 #endif
 
 int run(int argc, char** argv) {
   programs::args a(argc, argv,
                    {"corpus", "corpus-seed", "tasks", "backend", "mode", "config", "rounds", "seed", "target", "devices",
-                    "evaluator", "gpus", "decode-rate", "out", "progress-every", "base-url", "model", "preset", "server", "api-key-env", "openai-config"},
-                   {"help", "real-time", "resume", "quiet"});
+                    "evaluator", "gpus", "stand-in-worker", "decode-rate", "out", "progress-every", "base-url", "model",
+                    "preset", "server", "api-key-env", "openai-config"},
+                   {"help", "real-time", "resume", "quiet", "check"}, {"task-files"});
   if (a.has("help")) {
     fmt::print("{}", usage_text);
     return 0;
   }
   if (!a.positional().empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", a.positional().front()));
-  const std::string backend_name = a.get("backend", "replay");
-  if (backend_name != "replay" && backend_name != "openai")
-    throw std::invalid_argument(fmt::format("--backend {}: use replay or openai", backend_name));
-  for (const char* flag : {"base-url", "model", "preset", "server", "api-key-env", "openai-config"})
-    if (a.has(flag) && backend_name != "openai") throw std::invalid_argument(fmt::format("--{} needs --backend openai", flag));
+  const run_plan plan = choose_run(a);
+  const std::string backend_name = plan.openai ? "openai" : "replay";
 #ifdef SPECGEN_RUN_OPENAI
   std::optional<openai::openai_config> openai_cfg;
-  if (backend_name == "openai") openai_cfg = openai_config_from(a);
-#else
-  if (backend_name == "openai")
-    throw std::invalid_argument("--backend openai: this specgen-run was built without libcurl (install libcurl4-openssl-dev and rebuild)");
+  if (plan.openai) openai_cfg = openai_config_from(a);
 #endif
 
   // Configuration: a JSON file, then the flags on top.
@@ -208,10 +347,13 @@ int run(int argc, char** argv) {
   if (a.has("mode")) cj["mode"] = a.get("mode");
   if (a.has("target")) cfg->budget.target_speedup = a.number<double>("target", 0, limits::target_speedup);
 
-  // Rounds: --rounds, else the configuration's, else what the corpus recorded
-  // (the suite: 3 per task) or 10 for the procedural corpus (generated to fit).
+  // The tasks: task files, a corpus (with the openai backend, its tasks alone), or the procedural corpus.
+  // Rounds: --rounds, else the configuration's, else what the corpus recorded (the suite: 3 per task),
+  // else 10 (the procedural corpus, generated to fit; tasks without traces).
   programs::corpus_choice cc;
-  cc.dir = programs::corpus_dir(a.has("corpus") ? std::optional<std::string>(a.get("corpus")) : std::nullopt);
+  cc.task_files = plan.task_files;
+  if (plan.task_files.empty()) cc.dir = programs::corpus_dir(a.has("corpus") ? std::optional<std::string>(a.get("corpus")) : std::nullopt);
+  cc.tasks_only = plan.openai;
   cc.seed = a.number<std::uint64_t>("corpus-seed", 1);
   cc.max_tasks = a.number<int>("tasks", 0, detail::in(1, 10'000));
   const bool rounds_given = a.has("rounds") || (cj.contains("budget") && cj["budget"].contains("max_rounds"));
@@ -220,74 +362,101 @@ int run(int argc, char** argv) {
   cc.params.rounds = std::max(cc.params.rounds, cfg->budget.max_rounds);
   auto corpus = programs::load_or_generate(cc);
   if (!corpus) throw std::invalid_argument(corpus.error().message);
-  if (cc.dir && !rounds_given) cfg->budget.max_rounds = std::max(1, programs::recorded_rounds(*corpus));
+  if (cc.dir && !cc.tasks_only && !rounds_given) cfg->budget.max_rounds = std::max(1, programs::recorded_rounds(*corpus));
+  check_build(plan);
 
-  const fs::path out = a.get("out", "specgen-out");
-  // One run per output directory, from before its journal is read until its results are written.
-  auto out_lock = programs::out_dir_lock::acquire(out);
-  if (!out_lock) throw std::invalid_argument(out_lock.error().message);
   programs::run_options o;
   o.sim.devices = a.number<int>("devices", 4, limits::devices);
-  if (a.has("decode-rate")) {
-    if (backend_name != "replay") throw std::invalid_argument("--decode-rate is the replay model's; a server decodes at its own speed");
+  if (a.has("decode-rate"))
     o.replay.decode_tokens_per_s = a.number<double>("decode-rate", o.replay.decode_tokens_per_s, detail::in(1.0, 1e5));
-  }
   o.sim.seed = cfg->seed;
-  o.journal = out / "journal.jsonl";
-  o.resume = a.has("resume");
-  if (!o.resume && fs::exists(*o.journal)) fs::remove(*o.journal);
-  o.timeline = out / "timeline.json";
-  const bool on_gpus = a.get("evaluator", "sim") == "gpu";
-  if (a.has("evaluator") && a.get("evaluator") != "gpu" && a.get("evaluator") != "sim")
-    throw std::invalid_argument(fmt::format("--evaluator {}: use sim or gpu", a.get("evaluator")));
-  if (a.has("gpus") && !on_gpus) throw std::invalid_argument("--gpus needs --evaluator gpu");
-#ifndef SPECGEN_RUN_GPU
-  if (on_gpus)
-    throw std::invalid_argument("--evaluator gpu: this specgen-run was built without the CUDA Toolkit, so it has no GPU "
-                                "evaluator; rebuild where the toolkit is installed");
+#ifdef SPECGEN_RUN_GPU
+  std::optional<gpu::pool_config> pool_cfg;
+  if (plan.on_gpus) pool_cfg = pool_config_from(a, plan);
 #endif
-  if (on_gpus && backend_name != "replay")
-    throw std::invalid_argument("--evaluator gpu runs with the replay backend in this version");
   // A real server streams in real time, and real GPUs evaluate in it.
-  const bool real_time = a.has("real-time") || backend_name == "openai" || on_gpus;
+  const bool real_time = a.has("real-time") || plan.openai || plan.on_gpus;
   o.progress_every = seconds(a.number<double>("progress-every", real_time ? 2.0 : 120.0, detail::in(1.0, 86'400.0)));
   const int rounds = cfg->budget.max_rounds;
   if (!a.has("quiet")) o.progress = [rounds](const std::vector<search_progress>& p, double now) { print_progress(p, now, rounds); };
 
-  const std::string corpus_name = cc.dir ? cc.dir->string() : fmt::format("procedural (seed {})", cc.seed);
-  if (on_gpus)
-    fmt::print("specgen-run: {} task(s) of {}, mode {}, {} round(s), backend {}, evaluator: the GPU pool (real time)\n",
-               corpus->tasks.size(), corpus_name, cj.value("mode", std::string("specgen")), rounds, backend_name);
+  std::string corpus_name;
+  for (const auto& f : plan.task_files) corpus_name += (corpus_name.empty() ? "" : ", ") + f.string();
+  if (plan.task_files.empty()) corpus_name = cc.dir ? cc.dir->string() : fmt::format("procedural (seed {})", cc.seed);
+  const std::string what = fmt::format("specgen-run: {} task(s) {} {}, mode {}, {} round(s), backend {}", corpus->tasks.size(),
+                                       plan.task_files.empty() ? "of" : "from", corpus_name,
+                                       cj.value("mode", std::string("specgen")), rounds, backend_name);
+  if (plan.stand_in)
+    fmt::print("{}, evaluator: the GPU pool with a stand-in worker (for testing: scripted verdicts, not measured; real time)\n", what);
+  else if (plan.on_gpus)
+    fmt::print("{}, evaluator: the GPU pool (real time)\n", what);
   else
-    fmt::print("specgen-run: {} task(s) of {}, mode {}, {} round(s), backend {}, evaluator: simulated device ({} GPUs, {} "
-               "time, answering from the corpus's measured cost table)\n",
-               corpus->tasks.size(), corpus_name, cj.value("mode", std::string("specgen")), rounds, backend_name,
+    fmt::print("{}, evaluator: simulated device ({} GPUs, {} time, answering from the corpus's measured cost table)\n", what,
                o.sim.devices, real_time ? "real" : "virtual");
+  const bool check = a.has("check");
+  if (check)
+    for (const auto& t : corpus->tasks)
+      fmt::print("  task {}: {} input(s), {} output(s), {} validation shape(s), benchmark shape {}{}\n", t.name, t.inputs.size(),
+                 t.outputs.size(), t.validation_shapes.size(), detail::binding_text(t.benchmark_shape),
+                 t.file.empty() ? "" : " (" + t.file + ")");
+
+  // One run per output directory, from before its journal is read until its results are written.
+  const fs::path out = a.get("out", "specgen-out");
+  std::optional<programs::out_dir_lock> out_lock;
+  if (!check) {
+    auto lock = programs::out_dir_lock::acquire(out);
+    if (!lock) throw std::invalid_argument(lock.error().message);
+    out_lock.emplace(std::move(*lock));
+    o.journal = out / "journal.jsonl";
+    o.resume = a.has("resume");
+    if (!o.resume && fs::exists(*o.journal)) fs::remove(*o.journal);
+    o.timeline = out / "timeline.json";
+  }
+  const auto checked = [&] {
+    fmt::print("check passed: the flags, {} task(s){}{}; nothing was run or written\n", corpus->tasks.size(),
+               plan.openai ? ", the server" : "", plan.on_gpus ? ", the GPU pool" : "");
+    return 0;
+  };
+
   const nlohmann::json config_json = to_json(*cfg);
   nlohmann::json backend_json;  // what the OpenAI backend did; null for replay
   expected<run_result, programs::run_error> r;
-#ifdef SPECGEN_RUN_OPENAI
-  if (openai_cfg) {
-    event_loop<steady_clock> loop;
-    auto model = openai::openai_backend::create(loop, *openai_cfg);
-    if (!model) throw std::runtime_error(model.error().message);
-    print_server((*model)->server(), (*model)->config());
-    r = programs::run_corpus_with(loop, **model, *corpus, std::move(*cfg), o);
-    backend_json = openai_summary(**model);
-  }
-#endif
-  if (backend_name == "replay" && on_gpus) {
-#ifdef SPECGEN_RUN_GPU
-    r = run_on_gpus(a, *corpus, std::move(*cfg), o);
-#endif
-  } else if (backend_name == "replay") {
+  if (!plan.on_gpus) {
+    // The replay model and the simulated device (the openai backend needs the GPUs: choose_run).
+    if (check) return checked();
     r = real_time ? programs::run_corpus<steady_clock>(*corpus, std::move(*cfg), o)
                   : programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);
+  } else {
+#ifdef SPECGEN_RUN_GPU
+    // The replay model or a server, and the GPU pool, on one real-time loop.
+    event_loop<steady_clock> loop;
+#ifdef SPECGEN_RUN_OPENAI
+    std::unique_ptr<openai::openai_backend> server;
+    if (plan.openai) {
+      auto created = openai::openai_backend::create(loop, *openai_cfg);
+      if (!created) throw std::runtime_error(created.error().message);
+      server = std::move(*created);
+      print_server(server->server(), server->config());
+    }
+#endif
+    auto pool = start_pool(loop, std::move(*pool_cfg), plan);
+    if (check) return checked();
+#ifdef SPECGEN_RUN_OPENAI
+    if (server) {
+      r = programs::run_corpus_on(loop, *server, *pool, *corpus, std::move(*cfg), o);
+      if (r || r.error().why == programs::run_error::kind::failed) backend_json = openai_summary(*server);
+    }
+#endif
+    if (!plan.openai) {
+      replay::replay_model model(loop, corpus->traces, o.replay);
+      r = programs::run_corpus_on(loop, model, *pool, *corpus, std::move(*cfg), o);
+    }
+#endif
   }
   if (!r && r.error().why == programs::run_error::kind::other_run)
     throw std::invalid_argument(fmt::format(
-        "{}. With specgen-run: give the --corpus, --tasks, --mode, --config, --rounds, --seed and --target the run "
-        "started with, or run without --resume into a new --out",
+        "{}. With specgen-run: give the --task-files or --corpus, --tasks, --mode, --config, --rounds, --seed and "
+        "--target the run started with, or run without --resume into a new --out",
         r.error().message));
   if (!r && r.error().why == programs::run_error::kind::refused) throw std::invalid_argument(r.error().message);
   if (!r) throw std::runtime_error(r.error().message);
@@ -296,7 +465,7 @@ int run(int argc, char** argv) {
   results["config"] = config_json;
   if (!backend_json.is_null()) results["backend"] = backend_json;
   results["corpus"] = corpus_name;
-  results["evaluator"] = on_gpus ? "gpu_pool" : "simulated_device";
+  results["evaluator"] = evaluator_name(plan);
   {
     std::ofstream f(out / "results.json");
     f << results.dump(2) << '\n';

