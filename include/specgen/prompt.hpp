@@ -352,7 +352,9 @@ inline std::string render_feedback(const candidate_record& r, const prompt_param
   if (r.cancelled) return "not evaluated (superseded by a newer candidate before its verdict)\n";
   if (!r.eval) return "evaluation pending\n";
   const evaluation& e = *r.eval;
-  std::string s = e.result.summary.empty() ? std::string() : e.result.summary + "\n";
+  // A wrong result's measured details below say all its one-line summary does, and more.
+  const bool detailed = e.result.kind == verdict_kind::wrong_result && e.result.mismatch;
+  std::string s = e.result.summary.empty() || detailed ? std::string() : e.result.summary + "\n";
   switch (e.result.kind) {
     case verdict_kind::compile_error:
       if (!e.result.log.empty()) s += "Compiler:\n" + detail::trim_compile_log(e.result.log, r.cand->source, p.log_lines);
