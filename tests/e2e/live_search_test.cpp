@@ -8,6 +8,7 @@
 // Without a GPU the pool runs the kernels in specgen-fake-worker (verdicts
 // scripted by kernel name; compiles are real NVRTC). With a GPU the same test
 // runs them in specgen-worker, and every verdict is measured.
+#include "fixture.hpp"
 #include "standin.hpp"
 
 #include <specgen/backend/openai.hpp>
@@ -44,18 +45,8 @@ gpu::pool_config pool_config_for_this_machine() {
   if (!have_gpu()) {
     pc.devices = {0, 1};  // two stand-in GPUs: validation and profiling side by side
     // The stand-in worker: real NVRTC compiles, scripted runs (no GPU needed).
-    gpu::device_info d;
-    d.index = 0;
-    d.name = "stand-in H200";
-    d.sm_major = 9;
-    d.sm_minor = 0;
-    d.arch = "sm_90a";
-    d.l2_bytes = 50 << 20;
-    d.memory_bytes = std::int64_t{141} << 30;
-    d.multiprocessors = 132;
-    d.peak_dram_gbps = 4800;
     pc.session.worker_program = SPECGEN_FAKE_WORKER;
-    pc.session.assumed_device = d;
+    pc.session.assumed_device = fixture::fake_device();
     pc.session.validation.run_deadline = std::chrono::milliseconds(500);
     pc.session.profile.run_deadline = std::chrono::milliseconds(500);
     pc.session.profile.max_seconds = 1;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <arpa/inet.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,6 +24,8 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+
+extern char** environ;
 
 SPECGEN_BEGIN_NAMESPACE
 namespace openai::testing {
@@ -1022,6 +1026,24 @@ std::vector<token_id> fake_server::main_generation_ids() const {
   ids.push_back(think_close_id);
   for (const auto& p : impl_->opt.answer) ids.push_back(make_piece(p).id);
   return ids;
+}
+
+int run_with_port(std::string_view program, int port, std::vector<std::string> args) {
+  if (args.empty()) return 127;
+  for (auto& s : args)
+    for (std::size_t at = s.find("{port}"); at != std::string::npos; at = s.find("{port}", at))
+      s.replace(at, 6, std::to_string(port));
+  std::vector<char*> cargs;
+  for (auto& s : args) cargs.push_back(s.data());
+  cargs.push_back(nullptr);
+  pid_t pid = 0;
+  if (const int rc = ::posix_spawnp(&pid, cargs[0], nullptr, nullptr, cargs.data(), environ); rc != 0) {
+    fmt::print(stderr, "{}: cannot run {}: error {}\n", program, args[0], rc);
+    return 127;
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace openai::testing

@@ -180,5 +180,11 @@ class fake_server {
   std::unique_ptr<impl> impl_;
 };
 
+/// Runs `args` (a command and its arguments) with every "{port}" in them replaced by `port`,
+/// waits for it, and returns its exit status (128 + the signal if one ended it; 127 when it
+/// cannot be started, after saying so on stderr as `program`). For the programs that serve a
+/// stand-in while a command runs against it.
+int run_with_port(std::string_view program, int port, std::vector<std::string> args);
+
 }  // namespace openai::testing
 SPECGEN_END_NAMESPACE

@@ -11,14 +11,11 @@
 
 #include <fmt/format.h>
 
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-extern char** environ;
 
 namespace {
 
@@ -57,22 +54,5 @@ int main(int argc, char** argv) {
   }
   fake_server server(o);
 
-  std::vector<std::string> args;
-  for (int k = i + 1; k < argc; ++k) {
-    std::string s = argv[k];
-    for (std::size_t at = s.find("{port}"); at != std::string::npos; at = s.find("{port}", at))
-      s.replace(at, 6, std::to_string(server.port()));
-    args.push_back(std::move(s));
-  }
-  std::vector<char*> cargs;
-  for (auto& s : args) cargs.push_back(s.data());
-  cargs.push_back(nullptr);
-  pid_t pid = 0;
-  if (const int rc = ::posix_spawnp(&pid, cargs[0], nullptr, nullptr, cargs.data(), environ); rc != 0) {
-    fmt::print(stderr, "specgen-openai-fake-server: cannot run {}: error {}\n", args[0], rc);
-    return 127;
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run_with_port("specgen-openai-fake-server", server.port(), std::vector<std::string>(argv + i + 1, argv + argc));
 }

@@ -20,8 +20,6 @@
 #include <fmt/format.h>
 
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -30,7 +28,6 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
 
 namespace {
 
@@ -148,22 +145,5 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  std::vector<std::string> args;
-  for (int k = i + 1; k < argc; ++k) {
-    std::string s = argv[k];
-    for (std::size_t at = s.find("{port}"); at != std::string::npos; at = s.find("{port}", at))
-      s.replace(at, 6, std::to_string(server->port()));
-    args.push_back(std::move(s));
-  }
-  std::vector<char*> cargs;
-  for (auto& s : args) cargs.push_back(s.data());
-  cargs.push_back(nullptr);
-  pid_t pid = 0;
-  if (const int rc = ::posix_spawnp(&pid, cargs[0], nullptr, nullptr, cargs.data(), environ); rc != 0) {
-    fmt::print(stderr, "specgen-standin-server: cannot run {}: error {}\n", args[0], rc);
-    return 127;
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run_with_port("specgen-standin-server", server->port(), std::vector<std::string>(argv + i + 1, argv + argc));
 }
