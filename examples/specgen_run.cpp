@@ -80,6 +80,9 @@ Evaluation:
                       compiling, validating and profiling every candidate on real
                       GPUs (real time; the replay model at its calibrated speed)
   --gpus LIST         --evaluator gpu: the GPUs to use, e.g. 0,1 (default: all)
+  --hardware-metrics  --evaluator gpu: also collect CUPTI's hardware counters in each
+                      profile (DRAM, L2, SM throughput, occupancy; 8 replays more per
+                      profile; needs GPU counter access) and show them in the feedback
   --devices N         --evaluator sim: simulated GPUs, 1 to 1024 (default 4)
   --real-time         run at wall-clock speed instead of virtual time
   --stand-in-worker PROGRAM
@@ -223,6 +226,7 @@ run_plan choose_run(const programs::args& a) {
   if (a.has("devices") && p.on_gpus)
     throw std::invalid_argument("--devices is the simulated device's number of GPUs; with --evaluator gpu choose the GPUs with --gpus");
   if (a.has("gpus") && !p.on_gpus) throw std::invalid_argument("--gpus needs --evaluator gpu");
+  if (a.has("hardware-metrics") && !p.on_gpus) throw std::invalid_argument("--hardware-metrics needs --evaluator gpu");
   if (p.stand_in && !p.on_gpus) throw std::invalid_argument("--stand-in-worker needs --evaluator gpu");
   return p;
 }
@@ -297,6 +301,9 @@ gpu::pool_config pool_config_from(const programs::args& a, const run_plan& p) {
     if (pc.devices.empty()) throw std::invalid_argument("--gpus: give GPU indices, e.g. 0,1");
   }
   if (p.stand_in && pc.devices.empty()) pc.devices = {0};
+  // CUPTI's hardware counters (DRAM, L2 and SM throughput, occupancy) in each profile and in the
+  // next prompt's feedback; they need GPU counter access, or each profile says why they are missing.
+  pc.session.profile.hardware_metrics = a.has("hardware-metrics");
   return pc;
 }
 
@@ -322,7 +329,7 @@ int run(int argc, char** argv) {
                    {"corpus", "corpus-seed", "tasks", "backend", "mode", "config", "rounds", "seed", "target", "devices",
                     "evaluator", "gpus", "stand-in-worker", "decode-rate", "out", "progress-every", "base-url", "model",
                     "preset", "server", "api-key-env", "openai-config"},
-                   {"help", "real-time", "resume", "quiet", "check"}, {"task-files"});
+                   {"help", "real-time", "resume", "quiet", "check", "hardware-metrics"}, {"task-files"});
   if (a.has("help")) {
     fmt::print("{}", usage_text);
     return 0;

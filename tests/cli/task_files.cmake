@@ -50,6 +50,7 @@ combination_refused(decode_rate_openai "--decode-rate is the replay model's"
 combination_refused(devices_on_gpus "--devices is the simulated device's number of GPUs; with --evaluator gpu choose the GPUs with --gpus"
   --evaluator gpu --devices 2)
 combination_refused(gpus_on_sim "--gpus needs --evaluator gpu" --gpus 0)
+combination_refused(hardware_metrics_on_sim "--hardware-metrics needs --evaluator gpu" --hardware-metrics)
 combination_refused(stand_in_on_sim "--stand-in-worker needs --evaluator gpu" --stand-in-worker /bin/true)
 
 # ---- Task files that do not load: exit status 2, the file named and what is wrong.
