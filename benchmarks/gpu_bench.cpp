@@ -41,7 +41,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -775,19 +774,13 @@ int bench_e2e_live(const programs::args& a) {
 #endif
   replay::replay_params rp;  // the calibrated decode speed (docs/replay-model.md)
   rp.decode_tokens_per_s = a.number<double>("tokens-per-s", rp.decode_tokens_per_s, detail::in(1.0, 1e5));
-  // The decode slowdown per extra sequence; the stand-in's contention levels (low, middle, high) span the published band.
-  std::map<std::string, double> band{{"low", 0.01}, {"middle", 0.025}, {"high", 0.04}};
-  std::string level = a.get("contention", standin ? "middle" : "");
+  // The decode slowdown per extra sequence (replay::contention_levels: the published band).
+  const std::string level = a.get("contention", standin ? "middle" : "");
   if (!level.empty()) {
-    if (auto it = band.find(level); it != band.end()) {
-      rp.slowdown_per_sequence = it->second;
-    } else {
-      double v = -1;
-      auto [p, ec] = std::from_chars(level.data(), level.data() + level.size(), v);
-      if (ec != std::errc{} || p != level.data() + level.size() || !(v >= 0 && v <= 1))
-        throw std::invalid_argument(fmt::format("--contention {}: use low, middle, high or a number in [0, 1]", level));
-      rp.slowdown_per_sequence = v;
-    }
+    const auto slowdown = replay::parse_contention(level);
+    if (!slowdown || *slowdown > 1)
+      throw std::invalid_argument(fmt::format("--contention {}: use low, middle, high or a number in [0, 1]", level));
+    rp.slowdown_per_sequence = *slowdown;
   }
   const auto gpus = gpus_or_explain();
   if (!gpus) return 0;
@@ -796,7 +789,7 @@ int bench_e2e_live(const programs::args& a) {
              corpus->tasks.size(), rounds, *gpus, standin ? "the stand-in server over HTTP" : "replay", rp.decode_tokens_per_s,
              rp.slowdown_per_sequence, target);
 
-  nlohmann::json out = {{"benchmark", "e2e-live"}, {"corpus", dir.string()}, {"rounds", rounds}, {"gpus", *gpus},
+  nlohmann::json out = {{"benchmark", "e2e-live"}, {"corpus", programs::corpus_label(dir)}, {"rounds", rounds}, {"gpus", *gpus},
                         {"server", server_kind}, {"decode_tokens_per_s", rp.decode_tokens_per_s},
                         {"slowdown_per_sequence", rp.slowdown_per_sequence}, {"target_speedup", target},
                         {"tasks", nlohmann::json::array()}, {"live", nlohmann::json::object()},
@@ -876,13 +869,13 @@ int bench_e2e_live(const programs::args& a) {
     runs["virtual"][mode] = *v;
     if (standin)
       // The same comparison at each end of the published contention band, on the simulated clock.
-      for (const auto& [name, slowdown] : band) {
+      for (const auto& [name, slowdown] : replay::contention_levels) {
         auto bp = rp;
         bp.slowdown_per_sequence = slowdown;
         auto b = run_virtual(config(), bp, o);
         if (!b) throw std::runtime_error(fmt::format("{} (virtual, contention {}): {}", mode, name, b.error().message));
-        out["virtual_band"][name][mode] = summary(*b);
-        runs["virtual " + name][mode] = *b;
+        out["virtual_band"][std::string(name)][mode] = summary(*b);
+        runs["virtual " + std::string(name)][mode] = *b;
       }
     // Real time, real GPUs.
     event_loop<steady_clock> loop;

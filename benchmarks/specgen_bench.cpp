@@ -301,7 +301,7 @@ int bench_e2e(const programs::args& a) {
                         {"target_speedup", target},
                         {"server_prefix_hit", o.replay.server_prefix_hit},
                         {"decode_slowdown_per_sequence", o.replay.slowdown_per_sequence},
-                        {"corpus", cc.dir ? cc.dir->string() : fmt::format("procedural (seeds {}..{})", corpus_seed, corpus_seed + seeds - 1)},
+                        {"corpus", cc.dir ? programs::corpus_label(*cc.dir) : fmt::format("procedural (seeds {}..{})", corpus_seed, corpus_seed + seeds - 1)},
                         {"run_seeds", fmt::format("{}..{}", run_seed, run_seed + seeds - 1)},
                         {"oracle", {{"seconds_to_target", oracle_ttt > 0 ? nlohmann::json(oracle_ttt) : nlohmann::json(nullptr)},
                                     {"tasks", oracle.size()}}},

@@ -49,6 +49,14 @@ inline std::filesystem::path default_suite_dir() {
 #endif
 }
 
+/// How results name a corpus directory: the bundled suite by its place in the
+/// source tree, wherever this machine has it; any other directory as given.
+inline std::string corpus_label(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(dir, default_suite_dir(), ec)) return "tasks/suite (the bundled suite)";
+  return dir.string();
+}
+
 /// The corpus a `--corpus` value names: "procedural" for the generated one
 /// (nullopt), a directory, or (no value) the bundled suite.
 inline std::optional<std::filesystem::path> corpus_dir(const std::optional<std::string>& given) {

@@ -21,20 +21,47 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
 namespace replay {
+
+/// A named decode slowdown per extra sequence (`slowdown_per_sequence`).
+struct contention_level {
+  std::string_view name;
+  double slowdown_per_sequence = 0;
+};
+/// The band published measurements of batched decoding span (docs/replay-model.md,
+/// "Calibration"): per-stream speed 1 / (1 + a (B - 1)) with a from about 0.01
+/// (flat serving stacks) to about 0.04, 0.025 in the middle.
+inline constexpr std::array<contention_level, 3> contention_levels{
+    {{"low", 0.01}, {"middle", 0.025}, {"high", 0.04}}};
+inline constexpr double contention_middle = contention_levels[1].slowdown_per_sequence;
+
+/// "low", "middle", "high" or a finite number >= 0: a slowdown per extra
+/// sequence; nullopt for anything else.
+inline std::optional<double> parse_contention(std::string_view text) {
+  for (const auto& l : contention_levels)
+    if (text == l.name) return l.slowdown_per_sequence;
+  double v = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(v) || v < 0) return std::nullopt;
+  return v;
+}
 
 /// The timing model's constants. Where a value comes from is said per field;
 /// "chosen" means no source gives it and the value is a plausible default.

@@ -172,7 +172,7 @@ class responsive_traces {
   /// Every kernel of `task`'s traces by tag (empty for an unknown task).
   [[nodiscard]] const std::map<std::string, catalogued_kernel>& kernels(std::string_view task) const {
     static const std::map<std::string, catalogued_kernel> none;
-    auto it = catalogue_.find(std::string(task));
+    auto it = catalogue_.find(task);
     return it == catalogue_.end() ? none : it->second;
   }
 
@@ -192,7 +192,7 @@ class responsive_traces {
   /// last recorded round; 0 when it reports none. A round without a trace
   /// gives the next recorded one.
   [[nodiscard]] expected<int, error> round_for(std::string_view task, std::string_view prompt) const {
-    auto rit = rounds_.find(std::string(task));
+    auto rit = rounds_.find(task);
     if (rit == rounds_.end()) return unexpected(unknown_task(task));
     const auto& cat = kernels(task);
     int want = 0;
@@ -247,12 +247,7 @@ class responsive_traces {
   };
   static played play(const trace& t) {
     played p;
-    for (std::size_t i = 0; i < t.segments.size(); ++i) {
-      p.starts.push_back(p.text.text().size());
-      const segment& s = t.segments[i];
-      if (s.filler) detail::append_filler(p.text, s.topic, s.tokens, detail::filler_seed(t.id, i));
-      else p.text.append_split(s.text, s.tokens);
-    }
+    p.text = expand_reasoning(t, &p.starts);
     return p;
   }
 

@@ -256,10 +256,13 @@ inline std::string default_trace_id(const trace& t) {
 
 }  // namespace detail
 
-/// The reasoning of `t` as text with token boundaries (filler expanded).
-inline token_text expand_reasoning(const trace& t) {
+/// The reasoning of `t` as text with token boundaries (filler expanded);
+/// `segment_starts`, when given, receives the byte at which each segment starts.
+inline token_text expand_reasoning(const trace& t, std::vector<std::size_t>* segment_starts = nullptr) {
   token_text out;
+  if (segment_starts) segment_starts->clear();
   for (std::size_t i = 0; i < t.segments.size(); ++i) {
+    if (segment_starts) segment_starts->push_back(out.text().size());
     const segment& s = t.segments[i];
     if (s.filler) detail::append_filler(out, s.topic, s.tokens, detail::filler_seed(t.id, i));
     else out.append_split(s.text, s.tokens);

@@ -2,28 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-#include <cmath>
 #include <map>
 #include <utility>
 
 SPECGEN_BEGIN_NAMESPACE
 namespace openai::testing {
-
-std::optional<double> parse_contention(std::string_view text) {
-  if (text == "low") return contention_low;
-  if (text == "middle") return contention_middle;
-  if (text == "high") return contention_high;
-  if (text.empty()) return std::nullopt;
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(std::string(text), &used);
-    if (used != text.size() || !std::isfinite(v) || v < 0) return std::nullopt;
-    return v;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
 
 std::vector<std::string> pieces_of(const replay::token_text& text) {
   std::vector<std::string> out;

@@ -6,6 +6,7 @@
 // (standin_main.cpp); docs/backends.md, "The stand-in server".
 #include "fake_server.hpp"
 
+#include <specgen/replay/replay_model.hpp>
 #include <specgen/replay/responsive.hpp>
 
 #include <memory>
@@ -16,20 +17,11 @@
 SPECGEN_BEGIN_NAMESPACE
 namespace openai::testing {
 
-/// Decode slowdown per extra sequence (`slowdown_per_sequence`): published
-/// measurements of batched decoding put it between about 0.01 and 0.04.
-inline constexpr double contention_low = 0.01;
-inline constexpr double contention_middle = 0.025;
-inline constexpr double contention_high = 0.04;
-
-/// "low", "middle", "high" or a number >= 0; nullopt for anything else.
-std::optional<double> parse_contention(std::string_view text);
-
 struct standin_options {
   wire format = wire::vllm;
   std::string model = "standin/Qwen3-32B";  ///< "qwen3" in the name: the backend picks its Qwen3 preset
   double tokens_per_s = 70;                 ///< per stream, alone
-  double slowdown_per_sequence = contention_middle;
+  double slowdown_per_sequence = replay::contention_middle;  ///< replay::contention_levels names the band
   int port = 0;                             ///< 0: a free port
 };
 
