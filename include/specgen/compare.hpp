@@ -41,8 +41,17 @@ struct comparison {
   bool pass = false;     ///< no element out of tolerance and not degenerate
   mismatch_stats stats{};
   std::string degenerate{};  ///< why the output is degenerate; empty when it is not
+  /// Offending elements that are NaN or inf where the reference is finite and
+  /// that are not the validator's poison (a kernel computed them).
+  std::uint64_t nonfinite = 0;
+  /// Offending elements that still hold the validator's poison (never written).
+  std::uint64_t unwritten = 0;
   friend bool operator==(const comparison&, const comparison&) = default;
 };
+
+/// The unit roundoff of the arithmetic behind an output of type `d`: 2^-53
+/// for f64, 2^-24 otherwise (f16 and bf16 results are computed in f32).
+constexpr double unit_roundoff(dtype d) noexcept { return d == dtype::f64 ? 0x1p-53 : 0x1p-24; }
 
 namespace detail {
 
@@ -80,13 +89,20 @@ inline std::int64_t load_int(dtype d, std::span<const std::byte> b, std::size_t 
 }
 
 /// The element-wise part, shared by validation and the repeated-runs check.
+/// `terms` (empty, or the size of `want`): the reference on absolute inputs.
 inline comparison compare_elements(const tensor_spec& out, std::span<const std::byte> got,
-                                   std::span<const std::byte> want, std::string shape_text, int max_indices) {
+                                   std::span<const std::byte> want, std::string shape_text, int max_indices,
+                                   std::span<const std::byte> terms = {}) {
   const std::size_t width = size_of(out.type);
   if (got.size() != want.size() || got.size() % width != 0)
     throw std::invalid_argument(fmt::format(
         "compare_outputs: output '{}' buffers of {} and {} bytes are not the same whole number of {} elements",
         out.name, got.size(), want.size(), to_string(out.type)));
+  if (!terms.empty() && terms.size() != want.size())
+    throw std::invalid_argument(fmt::format("compare_outputs: output '{}': the terms buffer has {} bytes, not {}",
+                                            out.name, terms.size(), want.size()));
+  const double terms_scale = terms.empty() ? 0.0 : out.tol.terms * unit_roundoff(out.type);
+  const auto poison = poison_pattern(out.type);
   comparison c;
   c.stats.output = out.name;
   c.stats.shape = std::move(shape_text);
@@ -114,7 +130,12 @@ inline comparison compare_elements(const tensor_spec& out, std::span<const std::
       } else {
         abs_err = std::abs(g - w);
         rel_err = w != 0 ? abs_err / std::abs(w) : 0;
-        bad = abs_err > out.tol.abs + out.tol.rel * std::abs(w);
+        double allowed = out.tol.abs + out.tol.rel * std::abs(w);
+        if (terms_scale > 0) {
+          const double magnitude = std::abs(load_double(out.type, terms, i));
+          if (std::isfinite(magnitude)) allowed += terms_scale * magnitude;
+        }
+        bad = abs_err > allowed;
       }
     }
     c.stats.max_abs = std::max(c.stats.max_abs, abs_err);
@@ -128,7 +149,12 @@ inline comparison compare_elements(const tensor_spec& out, std::span<const std::
         c.stats.worst_got = exact ? static_cast<double>(load_int(out.type, got, i)) : load_double(out.type, got, i);
         c.stats.worst_want = exact ? static_cast<double>(load_int(out.type, want, i)) : load_double(out.type, want, i);
       }
-      if (!exact && std::isnan(load_double(out.type, got, i))) ++c.stats.nans;
+      if (!exact) {
+        const double g = load_double(out.type, got, i);
+        if (std::isnan(g)) ++c.stats.nans;
+        if (std::memcmp(got.data() + i * width, poison.data(), width) == 0) ++c.unwritten;
+        else if (!std::isfinite(g) && std::isfinite(load_double(out.type, want, i))) ++c.nonfinite;
+      }
       ++c.stats.count;
     }
   }
@@ -224,18 +250,23 @@ inline std::string describe(const comparison& c) {
 /// Compares output `out` of a candidate (`got`) with the reference's
 /// (`want`), both raw buffers of `out.type`, at the validation shape
 /// `shape_text` (e.g. "N=1000,M=77", only used for messages). `max_indices`
-/// bounds how many offending flat indices are recorded.
+/// bounds how many offending flat indices are recorded. `terms`, when not
+/// empty, is the reference evaluated on the absolute values of the float
+/// inputs (same size as `want`): it adds `tol.terms * u * |terms[i]|` to
+/// each element's allowance (see `tolerance`).
 ///
 /// @code
 ///   tensor_spec y{.name = "y", .type = dtype::f32, .shape = {"N"}, .tol = {.abs = 1e-5, .rel = 1e-5}};
 ///   auto c = compare_outputs(y, got, want, "N=1000");
 ///   // c.pass, c.stats.count, c.stats.first_indices, c.degenerate
+///   auto d = compare_outputs(y, got, want, "N=1000", 8, want_on_abs_inputs);   // cancellation-aware
 /// @endcode
 /// @throws std::invalid_argument when the buffers differ in size or are not
 ///         whole elements (the caller allocated them wrong).
 inline comparison compare_outputs(const tensor_spec& out, std::span<const std::byte> got,
-                                  std::span<const std::byte> want, std::string shape_text, int max_indices = 8) {
-  comparison c = detail::compare_elements(out, got, want, std::move(shape_text), max_indices);
+                                  std::span<const std::byte> want, std::string shape_text, int max_indices = 8,
+                                  std::span<const std::byte> terms = {}) {
+  comparison c = detail::compare_elements(out, got, want, std::move(shape_text), max_indices, terms);
   c.degenerate = detail::degenerate_reason(out.type, got, want);
   c.pass = c.pass && c.degenerate.empty();
   return c;
@@ -250,19 +281,20 @@ inline comparison compare_outputs(const tensor_spec& out, std::span<const std::b
 /// @endcode
 inline comparison compare_outputs_parallel(const tensor_spec& out, std::span<const std::byte> got,
                                            std::span<const std::byte> want, std::string shape_text, unsigned threads,
-                                           int max_indices = 8) {
+                                           int max_indices = 8, std::span<const std::byte> terms = {}) {
   const std::size_t width = size_of(out.type);
   const std::size_t n = got.size() / width;
   const std::size_t parts = detail::slice_count(n, std::max(threads, 1u));
   if (parts == 1 || got.size() != want.size() || got.size() % width != 0)
-    return compare_outputs(out, got, want, std::move(shape_text), max_indices);
+    return compare_outputs(out, got, want, std::move(shape_text), max_indices, terms);
   std::vector<comparison> pieces(parts);
   std::vector<detail::degeneracy_summary> sums(parts);
   std::vector<std::size_t> firsts(parts);
   detail::for_each_slice(n, std::max(threads, 1u), [&](std::size_t k, std::size_t first, std::size_t last) {
     firsts[k] = first;
     pieces[k] = detail::compare_elements(out, got.subspan(first * width, (last - first) * width),
-                                         want.subspan(first * width, (last - first) * width), {}, max_indices);
+                                         want.subspan(first * width, (last - first) * width), {}, max_indices,
+                                         terms.empty() ? terms : terms.subspan(first * width, (last - first) * width));
     sums[k] = detail::summarize_degeneracy(out.type, got, want, first, last);
   });
   comparison c;
@@ -282,6 +314,8 @@ inline comparison compare_outputs_parallel(const tensor_spec& out, std::span<con
       c.stats.worst_want = p.worst_want;
     }
     c.stats.nans += p.nans;
+    c.nonfinite += pieces[k].nonfinite;
+    c.unwritten += pieces[k].unwritten;
     c.stats.total += p.total;
     c.stats.count += p.count;
     c.stats.max_abs = std::max(c.stats.max_abs, p.max_abs);
@@ -296,16 +330,23 @@ inline comparison compare_outputs_parallel(const tensor_spec& out, std::span<con
   return c;
 }
 
-/// The wrong_result verdict for a failed comparison: a one-line summary
-/// naming the output, shape, count and largest errors (or the degenerate
-/// reason), with `mismatch` filled.
+/// The verdict for a failed comparison, with a one-line summary naming the
+/// output, shape, count and largest errors (or the degenerate reason) and
+/// `mismatch` filled: `nonfinite_output` when the kernel produced NaN or inf
+/// where the reference is finite (not counting poison it never overwrote),
+/// `wrong_result` otherwise.
 ///
 /// @code
-///   if (!c.pass) return make_wrong_result_verdict(c);
+///   if (!c.pass) return make_wrong_result_verdict(c);   // wrong_result or nonfinite_output
 /// @endcode
 /// @throws std::logic_error when `c.pass` (a passing output is not wrong).
 inline verdict make_wrong_result_verdict(const comparison& c) {
   if (c.pass) throw std::logic_error("make_wrong_result_verdict: the comparison passed");
+  if (c.nonfinite > 0)
+    return verdict{.kind = verdict_kind::nonfinite_output,
+                   .summary = fmt::format("{} element{} NaN or inf where the reference is finite: {}", c.nonfinite,
+                                          c.nonfinite == 1 ? " is" : "s are", detail::describe(c)),
+                   .mismatch = c.stats};
   return verdict{.kind = verdict_kind::wrong_result, .summary = detail::describe(c), .mismatch = c.stats};
 }
 
@@ -324,8 +365,9 @@ inline verdict make_wrong_result_verdict(const comparison& c) {
 /// @endcode
 /// @throws std::invalid_argument when the buffers differ in size.
 inline comparison outputs_agree(const tensor_spec& out, std::span<const std::byte> run_a,
-                                std::span<const std::byte> run_b, std::string shape_text, int max_indices = 8) {
-  return detail::compare_elements(out, run_b, run_a, std::move(shape_text), max_indices);
+                                std::span<const std::byte> run_b, std::string shape_text, int max_indices = 8,
+                                std::span<const std::byte> terms = {}) {
+  return detail::compare_elements(out, run_b, run_a, std::move(shape_text), max_indices, terms);
 }
 
 /// The unstable verdict for two runs that disagree; `mismatch` holds where.

@@ -137,21 +137,27 @@ constexpr bool is_float(dtype d) noexcept {
   return d == dtype::f16 || d == dtype::bf16 || d == dtype::f32 || d == dtype::f64;
 }
 
-inline double float_sample(distribution dist, dtype d, std::uint64_t key, std::uint64_t i) noexcept {
+inline double float_sample(const distribution& dist, dtype d, std::uint64_t key, std::uint64_t i) noexcept {
   const int bits = significand_bits(d);
-  switch (dist) {
-    case distribution::normal: return normal_at(key, i);
-    case distribution::uniform: return unit_at(key, i, bits);
-    case distribution::signed_uniform: return 2.0 * unit_at(key, i, bits) - 1.0;
-    case distribution::large: {
+  switch (dist.kind) {
+    case distribution_kind::normal: return normal_at(key, i);
+    case distribution_kind::uniform: return unit_at(key, i, bits);
+    case distribution_kind::signed_uniform: return 2.0 * unit_at(key, i, bits) - 1.0;
+    case distribution_kind::large: {
       // Uniform magnitude in [1e3, 1e4) with a random sign: big enough to expose
       // a lost term or an f16 intermediate, small enough that sums of a few stay finite in f16.
       const std::uint64_t w = word_at(key, i);
       const double mag = 1000.0 + 9000.0 * static_cast<double>(w >> 11) / 9007199254740992.0;
       return (w & 1u) ? -mag : mag;
     }
-    case distribution::zeros: return 0.0;
-    case distribution::ones: return 1.0;
+    case distribution_kind::zeros: return 0.0;
+    case distribution_kind::ones: return 1.0;
+    case distribution_kind::normal_of: return dist.a + dist.b * normal_at(key, i);
+    case distribution_kind::uniform_of: return dist.a + (dist.b - dist.a) * unit_at(key, i, 53);
+    case distribution_kind::randint:  // bounds are integers below 2^53 in magnitude
+      return std::min(dist.a + std::floor(unit_at(key, i, 53) * (dist.b - dist.a)), dist.b - 1);
+    case distribution_kind::constant: return dist.a;
+    case distribution_kind::arange: return dist.a + dist.b * static_cast<double>(i);
   }
   return 0.0;
 }
@@ -169,9 +175,19 @@ constexpr int_range int_limits(dtype d) noexcept {
   }
 }
 
-/// Integer inputs stay small (|v| < 64 except `large`) so that sums and
-/// products over a few thousand elements cannot overflow i32 in a correct kernel.
-inline std::int64_t int_sample(distribution dist, dtype d, std::uint64_t key, std::uint64_t i) noexcept {
+/// `v` rounded to the nearest integer and clamped to `lim` (NaN gives 0).
+inline std::int64_t clamp_round(double v, int_range lim) noexcept {
+  if (!(v == v)) return 0;
+  if (v <= static_cast<double>(lim.lo)) return lim.lo;
+  if (v >= static_cast<double>(lim.hi)) return lim.hi;
+  return static_cast<std::int64_t>(std::llround(v));
+}
+
+/// Named distributions keep integer inputs small (|v| < 64 except `large`)
+/// so that sums and products over a few thousand elements cannot overflow
+/// i32 in a correct kernel; parameterised ones mean what they say, rounded
+/// to integers and clamped to the type.
+inline std::int64_t int_sample(const distribution& dist, dtype d, std::uint64_t key, std::uint64_t i) noexcept {
   const int_range lim = int_limits(d);
   const bool is_unsigned = lim.lo == 0;
   auto pick = [&](std::int64_t lo, std::int64_t hi) {  // uniform on [lo, hi), hi - lo < 2^32
@@ -179,18 +195,24 @@ inline std::int64_t int_sample(distribution dist, dtype d, std::uint64_t key, st
     return lo + static_cast<std::int64_t>(((word_at(key, i) >> 32) * span) >> 32);
   };
   std::int64_t v = 0;
-  switch (dist) {
-    case distribution::normal: v = static_cast<std::int64_t>(std::lround(8.0 * normal_at(key, i))); break;
-    case distribution::uniform: v = pick(0, 64); break;
-    case distribution::signed_uniform: v = pick(-64, 64); break;
-    case distribution::large: {
+  switch (dist.kind) {
+    case distribution_kind::normal: v = static_cast<std::int64_t>(std::lround(8.0 * normal_at(key, i))); break;
+    case distribution_kind::uniform: v = pick(0, 64); break;
+    case distribution_kind::signed_uniform: v = pick(-64, 64); break;
+    case distribution_kind::large: {
       const std::int64_t hi = lim.hi < 10000 ? lim.hi + 1 : 10000, lo = std::min<std::int64_t>(1000, hi / 2);
       v = pick(lo, hi);
       if (!is_unsigned && (word_at(key, i) & 1u)) v = -v;
       break;
     }
-    case distribution::zeros: v = 0; break;
-    case distribution::ones: v = 1; break;
+    case distribution_kind::zeros: v = 0; break;
+    case distribution_kind::ones: v = 1; break;
+    case distribution_kind::uniform_of:
+      // Integers in [ceil(lo), hi): the integer analogue of a half-open interval.
+      return clamp_round(std::floor(float_sample({distribution_kind::uniform_of, std::ceil(dist.a), dist.b}, dtype::f64,
+                                                 key, i)),
+                         lim);
+    default: return clamp_round(float_sample(dist, dtype::f64, key, i), lim);
   }
   if (is_unsigned && v < 0) v = -v;  // unsigned types take the magnitude
   return std::clamp(v, lim.lo, lim.hi);
@@ -260,14 +282,20 @@ inline expected<std::int64_t, error> element_count(const tensor_spec& t, const s
 
 /// `elements` values of `t.type` drawn from `t.init` (or `override`),
 /// deterministic in (seed, t.name, t.shape, elements) and identical on every
-/// platform. Distributions: normal N(0, 1); uniform [0, 1); signed_uniform
-/// [-1, 1); large ±[1e3, 1e4) (finite in f16); zeros; ones. Integer types get
-/// small integers (normal: round(8 z); uniform [0, 64); signed_uniform
-/// [-64, 64); large ±[1e3, 1e4) clipped to the type; unsigned types take |v|).
+/// platform. Named distributions: normal N(0, 1); uniform [0, 1);
+/// signed_uniform [-1, 1); large ±[1e3, 1e4) (finite in f16); zeros; ones.
+/// Integer types get small integers from them (normal: round(8 z); uniform
+/// [0, 64); signed_uniform [-64, 64); large ±[1e3, 1e4) clipped to the type;
+/// unsigned types take |v|). Parameterised ones mean what they say for every
+/// type: normal(mean, std), uniform(lo, hi) ([lo, hi); integers
+/// [ceil(lo), hi)), randint(lo, hi) (integers in [lo, hi)), const(v),
+/// arange(start, step) (start + step * i); integers are rounded and clamped
+/// to the type, floats rounded to it (so an f16 arange past 65504 is inf).
 ///
 /// @code
 ///   auto a = make_input(spec, 1024, 1);
-///   auto b = make_input(spec, 1024, 2, distribution::large);   // another seed and distribution
+///   auto b = make_input(spec, 1024, 2, distribution::large);                 // another seed and distribution
+///   auto c = make_input(spec, 1024, 3, *parse_distribution("normal(1000, 1)"));
 /// @endcode
 /// @throws std::invalid_argument when `elements` is negative (use element_count first).
 inline std::vector<std::byte> make_input(const tensor_spec& t, std::int64_t elements, std::uint64_t seed,
@@ -309,6 +337,17 @@ inline std::vector<std::byte> make_input(const tensor_spec& t, std::int64_t elem
   std::vector<std::byte> out(static_cast<std::uint64_t>(elements) * size_of(t.type));
   fill_input(t, elements, seed, override, 0, out);
   return out;
+}
+
+/// Replaces every element of a floating-point buffer of `d` with its
+/// absolute value (the sign bit cleared, NaN stays NaN); integer buffers are
+/// left alone. The validator evaluates the reference on such inputs to learn
+/// the magnitude of the terms behind each output (`tolerance::terms`).
+inline void make_absolute(std::span<std::byte> buf, dtype d) noexcept {
+  const std::size_t width = size_of(d);
+  if (!detail::is_float(d)) return;
+  // The sign is the top bit of the last byte of each little-endian element.
+  for (std::size_t i = width - 1; i < buf.size(); i += width) buf[i] &= std::byte{0x7F};
 }
 
 // ---------------------------------------------------------------------------

@@ -154,9 +154,14 @@ inline void from_json(const nlohmann::json& j, finish_reason& r) {
 }
 inline void to_json(nlohmann::json& j, dtype t) { j = to_string(t); }
 inline void from_json(const nlohmann::json& j, dtype& t) { detail::enum_from_json(j, t, dtype_names, "dtype"); }
-inline void to_json(nlohmann::json& j, distribution d) { j = to_string(d); }
+inline void to_json(nlohmann::json& j, const distribution& d) { j = to_string(d); }
 inline void from_json(const nlohmann::json& j, distribution& d) {
-  detail::enum_from_json(j, d, distribution_names, "distribution");
+  if (!j.is_string())
+    throw nlohmann::json::type_error::create(302, fmt::format("a distribution must be a string, got {}", j.dump()), &j);
+  auto parsed = parse_distribution(j.get_ref<const std::string&>());
+  if (!parsed)
+    throw nlohmann::json::type_error::create(302, distribution_error(j.get_ref<const std::string&>()), &j);
+  d = *parsed;
 }
 
 // ---- verdicts and measurements ---------------------------------------------------

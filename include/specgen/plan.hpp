@@ -19,6 +19,7 @@
 #include <specgen/expected.hpp>
 #include <specgen/expr.hpp>
 #include <specgen/inputs.hpp>
+#include <specgen/scalar.hpp>
 #include <specgen/task.hpp>
 
 #include <fmt/format.h>
@@ -26,30 +27,89 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
 
-/// How a size argument is passed to a kernel: `int` (i32, the default) or
-/// `long long` / `int64_t` (i64, written `N:i64`).
-enum class scalar_type : std::uint8_t { i32, i64 };
+namespace detail {
 
-/// One kernel argument as written: a buffer name or a size expression,
-/// optionally followed by a cast (`N:i64`). Which of the two a bare name is
-/// becomes known only against a task, in `resolve`.
+/// How many leading characters of `s` form a float literal of the plan
+/// language, `['-'] (DIGITS ['.' [DIGITS]] | '.' DIGITS) [('e' | 'E') ['+' | '-'] DIGITS]`
+/// with a '.' or an exponent (without either it is an integer); 0 when none.
+constexpr std::size_t float_literal_length(std::string_view s) noexcept {
+  std::size_t i = 0;
+  auto digits = [&](std::size_t from) {
+    while (from < s.size() && s[from] >= '0' && s[from] <= '9') ++from;
+    return from;
+  };
+  if (i < s.size() && s[i] == '-') ++i;
+  std::size_t end = digits(i);
+  std::size_t mantissa = end - i;
+  bool dot = false, exponent = false;
+  if (end < s.size() && s[end] == '.') {
+    dot = true;
+    const std::size_t frac = digits(end + 1);
+    mantissa += frac - end - 1;
+    end = frac;
+  }
+  if (mantissa == 0) return 0;
+  if (end < s.size() && (s[end] == 'e' || s[end] == 'E')) {
+    std::size_t j = end + 1;
+    if (j < s.size() && (s[j] == '+' || s[j] == '-')) ++j;
+    if (const std::size_t k = digits(j); k > j) {
+      end = k;
+      exponent = true;
+    }
+  }
+  return dot || exponent ? end : 0;
+}
+
+/// A float literal's canonical text: the shortest that reads back as the same
+/// double, always with a '.' or an exponent ("1e-05", "0.5", "2.0").
+inline std::string float_literal_text(double d) {
+  std::string s = fmt::format("{}", d);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+/// Equal bit patterns: 0.0 and -0.0 differ (a kernel sees the sign).
+inline bool same_bits(double a, double b) noexcept {
+  return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
+}
+
+/// ":i8, :u8, ..., :f64".
+inline std::string cast_names() {
+  std::string out;
+  for (auto n : scalar_type_names) out += fmt::format("{}:{}", out.empty() ? "" : ", ", n);
+  return out;
+}
+
+}  // namespace detail
+
+/// One kernel argument as written: a buffer name, a task scalar's name, a
+/// size expression or a float literal, optionally followed by a cast to a
+/// `scalar_type` (`N:i64`, `eps:f64`, `3:u32`, `1e-5:f32`; a float literal
+/// always has one). Which kind a bare name is becomes known only against a
+/// task, in `resolve`.
 struct plan_arg {
-  size_expr value{};
-  std::optional<scalar_type> cast{};
-  int column = 0;  ///< 1-based column in its line (not part of equality)
+  size_expr value{};                  ///< a name or a size expression (the literal 0 for a float literal)
+  std::optional<scalar_type> cast{};  ///< how it is passed; nullopt: as the scalar's type, sizes as i32
+  std::optional<double> real{};       ///< a float literal (`1e-5:f32`), finite
+  int column = 0;                     ///< 1-based column in its line (not part of equality)
   friend bool operator==(const plan_arg& a, const plan_arg& b) noexcept {
-    return a.value == b.value && a.cast == b.cast;
+    return a.value == b.value && a.cast == b.cast && a.real.has_value() == b.real.has_value() &&
+           (!a.real || detail::same_bits(*a.real, *b.real));
   }
 };
 
@@ -143,8 +203,8 @@ struct launch_plan {
     auto arg_list = [](const std::vector<plan_arg>& v) {
       std::string args;
       for (std::size_t i = 0; i < v.size(); ++i) {
-        args += (i ? ", " : "") + v[i].value.to_string();
-        if (v[i].cast) args += *v[i].cast == scalar_type::i32 ? ":i32" : ":i64";
+        args += (i ? ", " : "") + (v[i].real ? detail::float_literal_text(*v[i].real) : v[i].value.to_string());
+        if (v[i].cast) args += fmt::format(":{}", specgen::to_string(*v[i].cast));
       }
       return args;
     };
@@ -213,14 +273,25 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(device_limits, max_threads_per_b
 /// Where a buffer argument comes from.
 enum class buffer_role : std::uint8_t { input, output, scratch };
 
-/// A kernel argument with everything evaluated.
+/// A kernel argument with everything evaluated: a buffer, or a scalar of
+/// `type` passed by value (a size, a task scalar or a literal), already
+/// converted and range-checked.
 struct resolved_arg {
   bool is_buffer = false;
-  std::string buffer{};                 ///< buffer name (is_buffer)
+  std::string buffer{};                   ///< buffer name (is_buffer)
   buffer_role role = buffer_role::input;  ///< (is_buffer)
-  std::int64_t value = 0;               ///< the size (!is_buffer)
-  scalar_type type = scalar_type::i32;  ///< how the size is passed (!is_buffer)
-  friend bool operator==(const resolved_arg&, const resolved_arg&) = default;
+  /// Integer types (!is_buffer): the value as its 64-bit two's-complement
+  /// pattern (a u64 above 2^63 - 1 reads negative; cast it to `std::uint64_t`).
+  std::int64_t value = 0;
+  scalar_type type = scalar_type::i32;  ///< how it is passed (!is_buffer)
+  /// Float types (!is_buffer): the value exactly as the type holds it (an f32
+  /// argument is a float converted to double).
+  double real = 0;
+  /// Equal arguments pass equal bytes (floats compare by their bits).
+  friend bool operator==(const resolved_arg& a, const resolved_arg& b) noexcept {
+    return a.is_buffer == b.is_buffer && a.buffer == b.buffer && a.role == b.role && a.value == b.value &&
+           a.type == b.type && detail::same_bits(a.real, b.real);
+  }
 };
 
 struct resolved_launch {
@@ -457,11 +528,30 @@ class plan_parser {
       plan_arg arg{.column = static_cast<int>(value.offset) + 1};
       if (const auto colon = value.text.rfind(':'); colon != std::string_view::npos) {
         const auto cast = trim_piece({value.text.substr(colon + 1), value.offset + colon + 1});
-        if (cast.text == "i32") arg.cast = scalar_type::i32;
-        else if (cast.text == "i64") arg.cast = scalar_type::i64;
-        else
-          return err(cast.offset, field, fmt::format("unknown cast ':{}' (expected :i32 or :i64)", cast.text));
+        arg.cast = parse_scalar_type(cast.text);
+        if (!arg.cast)
+          return err(cast.offset, field, fmt::format("unknown cast ':{}' (expected {})", cast.text, cast_names()));
         value = trim_piece({value.text.substr(0, colon), value.offset});
+      }
+      if (const std::size_t n = float_literal_length(value.text); n > 0) {
+        const std::string_view literal = value.text.substr(0, n);
+        if (n + 1 == value.text.size() && (value.text[n] == 'f' || value.text[n] == 'F'))
+          return err(value.offset + n, field,
+                     fmt::format("'{}' is C; in a plan write '{}:f32' (a cast, not a suffix)", value.text, literal));
+        if (n == value.text.size()) {
+          if (!arg.cast)
+            return err(value.offset, field,
+                       fmt::format("the float literal {0} needs a type: write '{0}:f32' for a 'float' parameter or "
+                                   "'{0}:f64' for a 'double'",
+                                   literal));
+          double v = 0;
+          const auto [end, ec] = std::from_chars(literal.data(), literal.data() + literal.size(), v);
+          if (ec != std::errc{} || end != literal.data() + literal.size() || !std::isfinite(v))
+            return err(value.offset, field, fmt::format("the float literal {} is out of the range of a double", literal));
+          arg.real = v;
+          out.push_back(std::move(arg));
+          continue;
+        }
       }
       auto e = expression(value, field);
       if (!e) return e.error();
@@ -491,6 +581,18 @@ class plan_parser {
     auto inner = bracketed('(', ')', "call");
     if (!inner) return inner.error();
     if (auto a = parse_args(*inner, step.args)) return a;
+    for (std::size_t i = 0; i < step.args.size(); ++i) {
+      const plan_arg& a = step.args[i];
+      const auto at = static_cast<std::size_t>(a.column - 1);
+      const std::string field = fmt::format("{}.args[{}]", f->name, i);
+      if (a.real)
+        return err(at, field, fmt::format("{} takes buffers and sizes ({}), not a float", f->name, f->signature));
+      if (a.cast && a.cast != scalar_type::i32 && a.cast != scalar_type::i64)
+        return err(at, field,
+                   fmt::format("{} takes its sizes as i64; the cast ':{}' does not apply (only :i32 and :i64 are "
+                               "accepted here, and change nothing)",
+                               f->name, to_string(*a.cast)));
+    }
     if (step.args.size() != arity(*f))
       return err(inner->offset, "call",
                  fmt::format("{} takes {} arguments ({}), got {}", f->name, arity(*f), f->signature, step.args.size()));
@@ -576,9 +678,9 @@ inline std::vector<std::string> kernel_names(const launch_plan& plan) {
   return out;
 }
 
-/// Evaluate `plan` for one shape and check it against the task's buffers and
-/// symbols and the device's limits. `binding` must give every task symbol a
-/// value; expressions may use only the task's symbols.
+/// Evaluate `plan` for one shape and check it against the task's buffers,
+/// symbols and scalars and the device's limits. `binding` must give every
+/// task symbol a value; expressions may use only the task's symbols.
 ///
 /// @code
 ///   auto r = specgen::resolve(plan, task, task.benchmark_shape);
@@ -595,13 +697,19 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
       return unexpected(plan_error{0, 0, "binding", fmt::format("symbol '{}' has no value in the shape", s)});
     values.emplace(s, it->second);
   }
-  std::vector<std::string> input_names, output_names, scratch_names;
+  std::vector<std::string> input_names, output_names, scratch_names, scalar_names;
   for (const auto& b : t.inputs) input_names.push_back(b.name);
   for (const auto& b : t.outputs) output_names.push_back(b.name);
+  for (const auto& s : t.scalars) scalar_names.push_back(s.name);
   auto is_buffer = [&](const std::string& n) {
     return std::count(input_names.begin(), input_names.end(), n) ||
            std::count(output_names.begin(), output_names.end(), n) ||
            std::count(scratch_names.begin(), scratch_names.end(), n);
+  };
+  auto find_scalar = [&](std::string_view n) -> const scalar_spec* {
+    for (const auto& s : t.scalars)
+      if (s.name == n) return &s;
+    return nullptr;
   };
 
   auto eval = [&](const size_expr& e, int line, int column, const std::string& field)
@@ -611,14 +719,16 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
     std::string msg = v.error().message;
     if (v.error().code == expr_errc::unknown_name)
       for (const auto& n : e.names())
-        if (!values.count(n) && is_buffer(n))
-          msg = fmt::format("'{}' is a buffer; expressions may use only size symbols ({})", n, join_names(t.symbols));
+        if (!values.count(n) && (is_buffer(n) || find_scalar(n)))
+          msg = fmt::format("'{}' is a {}; expressions may use only size symbols ({})", n,
+                            is_buffer(n) ? "buffer" : "task scalar", join_names(t.symbols));
     const int col = column > 0 ? column + static_cast<int>(v.error().position) : 0;
     return unexpected(plan_error{line, col, field, fmt::format("'{}': {}", e.to_string(), msg)});
   };
-  // "2048" for a literal, "'cdiv(N, 256)' = 16" otherwise.
+  // "2048" (or "-1") for a literal, "'cdiv(N, 256)' = 16" otherwise.
   auto shown = [](const size_expr& e, std::int64_t v) {
-    return e.as_literal() ? std::to_string(v) : fmt::format("'{}' = {}", e.to_string(), v);
+    return e.as_literal() || e.to_string() == std::to_string(v) ? std::to_string(v)
+                                                                 : fmt::format("'{}' = {}", e.to_string(), v);
   };
 
   if (static_cast<std::int64_t>(plan.launches.size()) > limits.max_launches)
@@ -630,8 +740,9 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
   std::int64_t scratch_total = 0;
   for (const auto& s : plan.scratch) {
     const std::string field = "scratch " + s.name;
-    if (is_buffer(s.name) || values.count(s.name))
-      return unexpected(plan_error{s.line, 0, field, "the name is already a task buffer or size symbol; choose another"});
+    if (is_buffer(s.name) || values.count(s.name) || find_scalar(s.name))
+      return unexpected(
+          plan_error{s.line, 0, field, "the name is already a task buffer, size symbol or scalar; choose another"});
     std::int64_t elements = 1;
     for (std::size_t i = 0; i < s.shape.size(); ++i) {
       auto v = eval(s.shape[i], s.line, 0, field);
@@ -693,36 +804,64 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
     for (std::size_t i = 0; i < l.args.size(); ++i) {
       const auto& a = l.args[i];
       const std::string field = fmt::format("args[{}]", i);
+      auto arg_fail = [&](std::string msg) { return unexpected(plan_error{l.line, a.column, field, std::move(msg)}); };
       resolved_arg ra;
-      if (auto name = a.value.as_name(); name && !values.count(std::string(*name))) {
+      const auto name = a.real ? std::nullopt : a.value.as_name();
+      const scalar_spec* scalar = name && !values.count(std::string(*name)) ? find_scalar(*name) : nullptr;
+      if (name && !values.count(std::string(*name)) && !scalar) {
         const std::string n(*name);
         if (std::count(input_names.begin(), input_names.end(), n)) ra.role = buffer_role::input;
         else if (std::count(output_names.begin(), output_names.end(), n)) ra.role = buffer_role::output;
         else if (std::count(scratch_names.begin(), scratch_names.end(), n)) ra.role = buffer_role::scratch;
         else
-          return unexpected(plan_error{l.line, a.column, field,
-                                       fmt::format("unknown name '{}' (inputs: {}; outputs: {}; scratch: {}; "
-                                                   "symbols: {})",
-                                                   n, join_names(input_names), join_names(output_names),
-                                                   join_names(scratch_names), join_names(t.symbols))});
+          return arg_fail(fmt::format("unknown name '{}' (inputs: {}; outputs: {}; scratch: {}; symbols: {}; "
+                                      "scalars: {})",
+                                      n, join_names(input_names), join_names(output_names), join_names(scratch_names),
+                                      join_names(t.symbols), join_names(scalar_names)));
         if (a.cast)
-          return unexpected(plan_error{l.line, a.column, field,
-                                       fmt::format("'{}' is a buffer; a cast (:i32, :i64) applies only to sizes", n)});
+          return arg_fail(fmt::format("'{}' is a buffer; a cast (:{}) applies only to sizes, scalars and literals", n,
+                                      to_string(*a.cast)));
         ra.is_buffer = true;
         ra.buffer = n;
         param_bytes = (param_bytes + 7) / 8 * 8 + 8;
       } else {
-        auto v = eval(a.value, l.line, a.column, field);
-        if (!v) return unexpected(v.error());
-        ra.value = *v;
-        ra.type = a.cast.value_or(scalar_type::i32);
-        if (ra.type == scalar_type::i32 &&
-            (*v > std::numeric_limits<std::int32_t>::max() || *v < std::numeric_limits<std::int32_t>::min()))
-          return unexpected(plan_error{l.line, a.column, field,
-                                       fmt::format("{} does not fit in i32; write '{}:i64' and take a 'long long' "
-                                                   "parameter",
-                                                   shown(a.value, *v), a.value.to_string())});
-        const std::int64_t size = ra.type == scalar_type::i32 ? 4 : 8;
+        // The value with its own type, how messages show it, and its text for a suggested fix.
+        scalar_value from;
+        std::string shown_value, text;
+        if (a.real) {
+          from = scalar_value::of_real(*a.real);
+          shown_value = text = detail::float_literal_text(*a.real);
+        } else if (scalar) {
+          from = scalar_value::of(*scalar);
+          text = scalar->name;
+          shown_value = fmt::format("'{}' = {}", scalar->name, from.to_string());
+        } else {
+          auto v = eval(a.value, l.line, a.column, field);
+          if (!v) return unexpected(v.error());
+          from = scalar_value::of_int(*v);
+          text = a.value.to_string();
+          shown_value = shown(a.value, *v);
+        }
+        const scalar_type to = a.cast ? *a.cast : scalar ? scalar->type : scalar_type::i32;
+        auto converted = convert_scalar(from, to);
+        if (!converted) {
+          if (converted.error() == scalar_errc::not_integral)
+            return arg_fail(fmt::format("{} is not an integer, so it cannot be passed as {}", shown_value, to_string(to)));
+          auto better = detail::wider_type_for(from, to);
+          std::string msg = is_floating(to) ? fmt::format("{} is out of the range of {} ({})", shown_value,
+                                                          to_string(to), range_text(to))
+                                            : fmt::format("{} does not fit in {}", shown_value, to_string(to));
+          if (better)
+            msg += fmt::format("; write '{}:{}' and take {} '{}' parameter", text, to_string(*better),
+                               detail::article(c_type_name(*better)), c_type_name(*better));
+          else if (!is_floating(to))
+            msg += " nor in any other integer type";
+          return arg_fail(std::move(msg));
+        }
+        ra.type = to;
+        ra.value = converted->value;
+        ra.real = converted->real;
+        const auto size = static_cast<std::int64_t>(size_of(to));
         param_bytes = (param_bytes + size - 1) / size * size + size;
       }
       r.args.push_back(std::move(ra));

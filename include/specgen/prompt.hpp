@@ -15,6 +15,7 @@
 #include <specgen/expr.hpp>
 #include <specgen/names.hpp>
 #include <specgen/policy/fields.hpp>
+#include <specgen/scalar.hpp>
 #include <specgen/task.hpp>
 #include <specgen/task_io.hpp>
 #include <specgen/types.hpp>
@@ -327,6 +328,13 @@ inline std::string render_task(const task& t) {
   for (const auto& out : t.outputs)
     s += fmt::format("- {}: {}[{}] (tolerance abs {:g}, rel {:g})\n", out.name, to_string(out.type),
                      detail::shape_text(out), out.tol.abs, out.tol.rel);
+  if (!t.scalars.empty()) {
+    s += "Scalars (pass each by its name in args, where it arrives as its declared type; a cast such as "
+         "NAME:f64 converts it; other constants are typed literals such as 1e-5:f32 or 3:u32):\n";
+    for (const auto& sc : t.scalars)
+      s += fmt::format("- {}: {} = {} ({} '{}' parameter)\n", sc.name, to_string(sc.type),
+                       scalar_value::of(sc).to_string(), detail::article(c_type_name(sc.type)), c_type_name(sc.type));
+  }
   s += fmt::format("Benchmarked shape: {}\n", detail::binding_text(t.benchmark_shape));
   if (!t.validation_shapes.empty()) {
     s += "Also validated on:";
@@ -352,14 +360,18 @@ inline std::string render_feedback(const candidate_record& r, const prompt_param
   if (r.cancelled) return "not evaluated (superseded by a newer candidate before its verdict)\n";
   if (!r.eval) return "evaluation pending\n";
   const evaluation& e = *r.eval;
-  // A wrong result's measured details below say all its one-line summary does, and more.
-  const bool detailed = e.result.kind == verdict_kind::wrong_result && e.result.mismatch;
+  // A wrong result's measured details below say all its plain one-line summary does, and more;
+  // a summary that says more (a later call returned an earlier call's result, NaN where the
+  // reference is finite) is kept.
+  const bool mismatch_kind = e.result.kind == verdict_kind::wrong_result || e.result.kind == verdict_kind::nonfinite_output;
+  const bool detailed = mismatch_kind && e.result.mismatch && e.result.summary.starts_with("output '");
   std::string s = e.result.summary.empty() || detailed ? std::string() : e.result.summary + "\n";
   switch (e.result.kind) {
     case verdict_kind::compile_error:
       if (!e.result.log.empty()) s += "Compiler:\n" + detail::trim_compile_log(e.result.log, r.cand->source, p.log_lines);
       break;
     case verdict_kind::wrong_result:
+    case verdict_kind::nonfinite_output:
       if (e.result.mismatch) {
         const auto& m = *e.result.mismatch;
         const tensor_spec* out = nullptr;
@@ -371,7 +383,11 @@ inline std::string render_feedback(const candidate_record& r, const prompt_param
           return c.empty() ? fmt::format("{}[{}]", m.output, i) : fmt::format("{}{} (flat {})", m.output, c, i);
         };
         s += fmt::format("Output {} at shape ({}): {} of {} elements outside the tolerance", m.output, m.shape, m.count, m.total);
-        if (out) s += fmt::format(" (abs {:g} + rel {:g} x |expected|)", out->tol.abs, out->tol.rel);
+        if (out)
+          s += out->tol.terms > 0 && detail::is_float(out->type)
+                   ? fmt::format(" (abs {:g} + rel {:g} x |expected| + {:g} roundoffs of the magnitude of its terms)",
+                                 out->tol.abs, out->tol.rel, out->tol.terms)
+                   : fmt::format(" (abs {:g} + rel {:g} x |expected|)", out->tol.abs, out->tol.rel);
         s += fmt::format("; largest errors: abs {:.3g}, rel {:.3g}", m.max_abs, m.max_rel);
         if (m.nans > 0) s += fmt::format("; {} of them NaN", m.nans);
         s += ".\n";
@@ -430,7 +446,9 @@ inline std::string system_prompt() {
          "Answer with exactly one ```cuda block holding extern \"C\" __global__ kernels (device code "
          "only, no host code) followed by one ```plan block that launches them, e.g.\n"
          "```plan\nlaunch my_kernel grid(cdiv(N,256)) block(256) smem(0) args(x, y, N)\n```\n"
-         "Sizes in the plan are expressions over the task's size symbols.";
+         "Sizes in the plan are expressions over the task's size symbols, passed as int; a cast passes another "
+         "type (N:i64, N:u32, N:f32). A task scalar is passed by its name, as its declared type. Other constants "
+         "are typed literals: 1e-5:f32 (float), 0.5:f64 (double), 3:u32, -1:i64.";
 }
 
 /**

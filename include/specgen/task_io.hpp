@@ -100,6 +100,14 @@ inline task_error whole_file_error(const std::string& file, const error& e) {
   return task_error{file, "", std::move(m)};
 }
 
+/// Why `v` is not a value of a scalar of type `t`.
+inline std::string scalar_value_error(const scalar_value& v, scalar_type t, scalar_errc e) {
+  if (e == scalar_errc::not_integral)
+    return fmt::format("{} is not an integer; type {} needs an integral value", v.to_string(), to_string(t));
+  if (is_floating(v.type) && !std::isfinite(v.real)) return fmt::format("{} is not a finite number", v.to_string());
+  return fmt::format("{} is out of the range of {} ({})", v.to_string(), to_string(t), range_text(t));
+}
+
 /// Reads the JSON shape of a task; the meaning is checked by `validate_task`.
 class task_reader {
  public:
@@ -109,7 +117,7 @@ class task_reader {
     task t;
     t.file = file_;
     if (auto e = keys(j, "", {"name", "description", "symbols", "benchmark_shape", "validation_shapes", "inputs",
-                              "outputs", "reference", "baseline", "compile_options"},
+                              "outputs", "reference", "baseline", "compile_options", "scalars", "distributions"},
                       {"name", "description", "symbols", "benchmark_shape", "validation_shapes", "outputs",
                        "reference"}))
       return unexpected(std::move(*e));
@@ -121,8 +129,46 @@ class task_reader {
     if (!shapes.is_array()) return unexpected(err("/validation_shapes", "must be an array of shapes like {\"N\": 1000}"));
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       t.validation_shapes.emplace_back();
-      if (auto e = binding(shapes[i], fmt::format("/validation_shapes/{}", i), t.validation_shapes.back()))
-        return unexpected(std::move(*e));
+      const std::string at = fmt::format("/validation_shapes/{}", i);
+      // {"N": 1000}, or {"shape": {"N": 1000}, "inits": {"x": "normal(1000, 1)"}}.
+      if (shapes[i].is_object() && shapes[i].contains("shape") && shapes[i]["shape"].is_object()) {
+        if (auto e = keys(shapes[i], at, {"shape", "inits"}, {"shape"})) return unexpected(std::move(*e));
+        if (auto e = binding(shapes[i]["shape"], at + "/shape", t.validation_shapes.back()))
+          return unexpected(std::move(*e));
+        if (shapes[i].contains("inits")) {
+          const json& inits = shapes[i]["inits"];
+          if (!inits.is_object())
+            return unexpected(err(at + "/inits", fmt::format("must be an object like {{\"x\": \"normal(1000, 1)\"}}, got {}",
+                                                             type_name(inits))));
+          t.validation_inits.resize(i + 1);
+          for (const auto& [name, d] : inits.items()) {
+            const std::string field = at + "/inits/" + pointer_token(name);
+            std::string text;
+            if (auto e = string(d, field, text)) return unexpected(std::move(*e));
+            auto parsed = parse_distribution(text);
+            if (!parsed) return unexpected(err(field, distribution_error(text)));
+            t.validation_inits[i][name] = *parsed;
+          }
+        }
+        continue;
+      }
+      if (auto e = binding(shapes[i], at, t.validation_shapes.back())) return unexpected(std::move(*e));
+    }
+    if (j.contains("distributions")) {
+      const json& d = j["distributions"];
+      if (!d.is_array())
+        return unexpected(err("/distributions", fmt::format("must be an array of distributions like [\"normal\", "
+                                                            "\"large\"] (empty: the inputs' own only), got {}",
+                                                            type_name(d))));
+      t.distributions.emplace();
+      for (std::size_t i = 0; i < d.size(); ++i) {
+        const std::string field = fmt::format("/distributions/{}", i);
+        std::string text;
+        if (auto e = string(d[i], field, text)) return unexpected(std::move(*e));
+        auto parsed = parse_distribution(text);
+        if (!parsed) return unexpected(err(field, distribution_error(text)));
+        t.distributions->push_back(*parsed);
+      }
     }
     if (j.contains("inputs"))
       if (auto e = tensors(j["inputs"], "/inputs", true, t.inputs)) return unexpected(std::move(*e));
@@ -135,6 +181,8 @@ class task_reader {
     }
     if (j.contains("compile_options"))
       if (auto e = strings(j["compile_options"], "/compile_options", t.compile_options)) return unexpected(std::move(*e));
+    if (j.contains("scalars"))
+      if (auto e = scalars(j["scalars"], "/scalars", t.scalars)) return unexpected(std::move(*e));
     return t;
   }
 
@@ -230,17 +278,15 @@ class task_reader {
       if (inputs && b.contains("init")) {
         if ((e = string(b["init"], base + "/init", name))) return e;
         const auto init = parse_distribution(name);
-        if (!init)
-          return err(base + "/init",
-                     fmt::format("unknown distribution '{}' (known: {})", name, fmt::join(distribution_names, ", ")));
+        if (!init) return err(base + "/init", distribution_error(name));
         s.init = *init;
       }
       if (!inputs) {
         s.tol = default_tolerance(s.type);
         if (b.contains("tolerance")) {
           const json& tol = b["tolerance"];
-          if ((e = keys(tol, base + "/tolerance", {"abs", "rel"}, {}))) return e;
-          for (auto [key, dst] : {std::pair{"abs", &s.tol.abs}, std::pair{"rel", &s.tol.rel}}) {
+          if ((e = keys(tol, base + "/tolerance", {"abs", "rel", "terms"}, {}))) return e;
+          for (auto [key, dst] : {std::pair{"abs", &s.tol.abs}, std::pair{"rel", &s.tol.rel}, std::pair{"terms", &s.tol.terms}}) {
             if (!tol.contains(key)) continue;
             if (!tol[key].is_number())
               return err(fmt::format("{}/tolerance/{}", base, key), fmt::format("must be a number, got {}", tol[key].dump()));
@@ -273,6 +319,41 @@ class task_reader {
       if (auto e = text(j["plan"], at + "/plan", out.plan)) return e;
     if (j.contains("host"))
       if (auto e = string(j["host"], at + "/host", out.host)) return e;
+    return std::nullopt;
+  }
+
+  /// `[{"name": "eps", "type": "f32", "value": 1e-5}, ...]`: the JSON types and
+  /// that each value is one of its type's (names are checked by `validate_task`).
+  maybe_error scalars(const json& j, const std::string& at, std::vector<scalar_spec>& out) const {
+    if (!j.is_array())
+      return err(at, fmt::format("must be an array of scalars like [{{\"name\": \"eps\", \"type\": \"f32\", \"value\": "
+                                 "1e-5}}], got {}",
+                                 type_name(j)));
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      const std::string base = fmt::format("{}/{}", at, i);
+      const json& v = j[i];
+      if (auto e = keys(v, base, {"name", "type", "value"}, {"name", "type", "value"})) return e;
+      scalar_spec s;
+      if (auto e = string(v["name"], base + "/name", s.name)) return e;
+      std::string type;
+      if (auto e = string(v["type"], base + "/type", type)) return e;
+      const auto parsed = parse_scalar_type(type);
+      if (!parsed)
+        return err(base + "/type",
+                   fmt::format("unknown scalar type '{}' (known: {})", type, fmt::join(scalar_type_names, ", ")));
+      s.type = *parsed;
+      const json& value = v["value"];
+      scalar_value written;
+      if (value.is_number_unsigned()) written = scalar_value::of_uint(value.get<std::uint64_t>());
+      else if (value.is_number_integer()) written = scalar_value::of_int(value.get<std::int64_t>());
+      else if (value.is_number_float()) written = scalar_value::of_real(value.get<double>());
+      else return err(base + "/value", fmt::format("must be a number, got {}", value.dump()));
+      auto typed = convert_scalar(written, s.type);
+      if (!typed) return err(base + "/value", scalar_value_error(written, s.type, typed.error()));
+      if (is_floating(s.type)) s.real = convert_scalar(written, scalar_type::f64)->real;  // as written, not rounded
+      else s.value = typed->value;
+      out.push_back(std::move(s));
+    }
     return std::nullopt;
   }
 
@@ -336,11 +417,32 @@ inline expected<void, task_error> validate_task(const task& t, const device_limi
         shapes.back().second.push_back(std::move(*e));
       }
       if (out) {
-        for (auto [key, v] : {std::pair{"abs", b.tol.abs}, std::pair{"rel", b.tol.rel}})
+        for (auto [key, v] : {std::pair{"abs", b.tol.abs}, std::pair{"rel", b.tol.rel}, std::pair{"terms", b.tol.terms}})
           if (!(v >= 0) || !std::isfinite(v))
             return fail(fmt::format("{}/tolerance/{}", base, key), fmt::format("must be finite and non-negative, got {}", v));
       }
     }
+  }
+
+  // Scalars: names distinct from the symbols, the buffers and each other; a
+  // value of the type (a task built in code may hold any pattern).
+  for (std::size_t i = 0; i < t.scalars.size(); ++i) {
+    const scalar_spec& s = t.scalars[i];
+    const std::string base = fmt::format("/scalars/{}", i);
+    if (!is_identifier(s.name)) return fail(base + "/name", fmt::format("'{}' is not a name (letters, digits, '_')", s.name));
+    if (std::find(std::begin(detail::function_names), std::end(detail::function_names), s.name) !=
+        std::end(detail::function_names))
+      return fail(base + "/name", fmt::format("'{}' is a function of size expressions; choose another name", s.name));
+    if (std::count(t.symbols.begin(), t.symbols.end(), s.name))
+      return fail(base + "/name", fmt::format("'{}' is already a size symbol", s.name));
+    if (std::count(buffer_names.begin(), buffer_names.end(), s.name))
+      return fail(base + "/name", fmt::format("'{}' is already a buffer", s.name));
+    for (std::size_t k = 0; k < i; ++k)
+      if (t.scalars[k].name == s.name)
+        return fail(base + "/name", fmt::format("scalar '{}' is declared twice (first at /scalars/{})", s.name, k));
+    const scalar_value v = is_floating(s.type) ? scalar_value::of_real(s.real) : scalar_value::of(s);
+    if (auto typed = convert_scalar(v, s.type); !typed)
+      return fail(base + "/value", detail::scalar_value_error(v, s.type, typed.error()));
   }
 
   auto check_binding = [&](const shape_binding& b, const std::string& at) -> expected<void, task_error> {
@@ -372,6 +474,18 @@ inline expected<void, task_error> validate_task(const task& t, const device_limi
   if (t.validation_shapes.empty()) return fail("/validation_shapes", "at least one validation shape is required");
   for (std::size_t i = 0; i < t.validation_shapes.size(); ++i)
     if (auto ok = check_binding(t.validation_shapes[i], fmt::format("/validation_shapes/{}", i)); !ok) return ok;
+  if (t.validation_inits.size() > t.validation_shapes.size())
+    return fail("/validation_shapes", fmt::format("{} sets of inits for {} validation shapes", t.validation_inits.size(),
+                                                  t.validation_shapes.size()));
+  for (std::size_t i = 0; i < t.validation_inits.size(); ++i)
+    for (const auto& [name, d] : t.validation_inits[i])
+      if (std::none_of(t.inputs.begin(), t.inputs.end(), [&](const tensor_spec& in) { return in.name == name; }))
+        return fail(fmt::format("/validation_shapes/{}/inits/{}", i, detail::pointer_token(name)),
+                    fmt::format("'{}' is not an input of the task (inputs: {})", name, [&] {
+                      std::vector<std::string> names;
+                      for (const auto& in : t.inputs) names.push_back(in.name);
+                      return detail::join_names(names);
+                    }()));
 
   for (int which = 0; which < 2; ++which) {
     const implementation& im = which ? t.baseline : t.reference;
@@ -476,8 +590,12 @@ inline nlohmann::json to_json(const task& t) {
     json out = json::array();
     for (const auto& b : list) {
       json j{{"name", b.name}, {"dtype", to_string(b.type)}, {"shape", b.shape}};
-      if (inputs) j["init"] = to_string(b.init);
-      else j["tolerance"] = {{"abs", b.tol.abs}, {"rel", b.tol.rel}};
+      if (inputs) {
+        j["init"] = to_string(b.init);
+      } else {
+        j["tolerance"] = {{"abs", b.tol.abs}, {"rel", b.tol.rel}};
+        if (b.tol.terms != default_tolerance(b.type).terms) j["tolerance"]["terms"] = b.tol.terms;
+      }
       out.push_back(std::move(j));
     }
     return out;
@@ -486,16 +604,41 @@ inline nlohmann::json to_json(const task& t) {
     if (im.is_host()) return json{{"host", im.host}};
     return json{{"source", im.source}, {"plan", im.plan}};
   };
-  return json{{"name", t.name},
-              {"description", t.description},
-              {"symbols", t.symbols},
-              {"benchmark_shape", t.benchmark_shape},
-              {"validation_shapes", t.validation_shapes},
-              {"inputs", tensors(t.inputs, true)},
-              {"outputs", tensors(t.outputs, false)},
-              {"reference", impl(t.reference)},
-              {"baseline", impl(t.baseline)},
-              {"compile_options", t.compile_options}};
+  json shapes = json::array();
+  for (std::size_t i = 0; i < t.validation_shapes.size(); ++i) {
+    if (i < t.validation_inits.size() && !t.validation_inits[i].empty()) {
+      json inits = json::object();
+      for (const auto& [name, d] : t.validation_inits[i]) inits[name] = to_string(d);
+      shapes.push_back({{"shape", t.validation_shapes[i]}, {"inits", std::move(inits)}});
+    } else {
+      shapes.push_back(t.validation_shapes[i]);
+    }
+  }
+  json out{{"name", t.name},
+            {"description", t.description},
+            {"symbols", t.symbols},
+            {"benchmark_shape", t.benchmark_shape},
+            {"validation_shapes", std::move(shapes)},
+            {"inputs", tensors(t.inputs, true)},
+            {"outputs", tensors(t.outputs, false)},
+            {"reference", impl(t.reference)},
+            {"baseline", impl(t.baseline)},
+            {"compile_options", t.compile_options}};
+  if (t.distributions) {
+    out["distributions"] = json::array();
+    for (const auto& d : *t.distributions) out["distributions"].push_back(to_string(d));
+  }
+  if (!t.scalars.empty()) {
+    json list = json::array();
+    for (const auto& s : t.scalars) {
+      json value = is_floating(s.type) ? json(s.real)
+                   : is_signed(s.type) ? json(s.value)
+                                       : json(static_cast<std::uint64_t>(s.value));
+      list.push_back({{"name", s.name}, {"type", to_string(s.type)}, {"value", std::move(value)}});
+    }
+    out["scalars"] = std::move(list);
+  }
+  return out;
 }
 
 /// nlohmann's conversion hook, so `nlohmann::json j = task;` works.

@@ -56,14 +56,26 @@ enum class verdict_kind : std::uint8_t {
   invalid_plan,   ///< the launch plan does not parse, names unknown things, or exceeds device limits
   fault,          ///< the kernel crashed (illegal address, trap, ...); the worker was respawned
   timeout,        ///< the kernel missed its deadline; the worker was killed
-  wrong_result,   ///< outputs differ from the reference beyond tolerance, or inputs were mutated
+  wrong_result,   ///< outputs differ from the reference beyond tolerance, or were never written
   unstable,       ///< repeated runs disagree (races)
   suspicious,     ///< measured behaviour is impossible or hides work (extra streams, above roofline)
   ok,             ///< correct; profiled if it reaches profiling
+  input_mutation,       ///< a task input changed during a run (the outputs may be right)
+  out_of_bounds_write,  ///< a write landed in the guard zone around a buffer (the outputs may be right)
+  nonfinite_output,     ///< NaN or inf where the reference is finite
 };
 
-inline constexpr std::array<std::string_view, 8> verdict_names{
-    "compile_error", "invalid_plan", "fault", "timeout", "wrong_result", "unstable", "suspicious", "ok"};
+inline constexpr std::array<std::string_view, 11> verdict_names{
+    "compile_error", "invalid_plan", "fault", "timeout", "wrong_result", "unstable", "suspicious", "ok",
+    "input_mutation", "out_of_bounds_write", "nonfinite_output"};
+
+/// Whether a verdict says the kernel ran and computed something wrong (as
+/// opposed to not compiling, crashing, hanging or being judged ok): the kinds
+/// a model fixes by changing what the kernel computes or where it writes.
+constexpr bool is_wrong_output(verdict_kind v) noexcept {
+  return v == verdict_kind::wrong_result || v == verdict_kind::unstable || v == verdict_kind::input_mutation ||
+         v == verdict_kind::out_of_bounds_write || v == verdict_kind::nonfinite_output;
+}
 
 constexpr std::string_view to_string(verdict_kind v) noexcept {
   return verdict_names[static_cast<std::size_t>(v)];

@@ -129,8 +129,13 @@ entry parse_entry(const fs::path& file) {
   }
   if (e.expects(verdict_kind::ok) && e.expect.size() != 1)
     throw std::runtime_error(where + ": 'ok' may not be one of several acceptable verdicts");
-  if (e.expect.size() > 1 && !(e.expect.size() == 2 && e.expects(verdict_kind::wrong_result) && e.racy()))
-    throw std::runtime_error(where + ": a list of verdicts is only for races: [\"wrong_result\", \"unstable\"]");
+  // A list: the ways one wrong kernel may show, e.g. a race as ["wrong_result", "unstable"], an
+  // overflow as ["wrong_result", "nonfinite_output"]; never a kernel that may be right.
+  if (e.expect.size() > 1 &&
+      !(e.expects(verdict_kind::wrong_result) &&
+        std::all_of(e.expect.begin(), e.expect.end(), [](verdict_kind v) { return specgen::is_wrong_output(v); })))
+    throw std::runtime_error(where + ": a list of verdicts holds wrong_result and other kinds of a wrong output "
+                                     "(unstable, nonfinite_output, ...)");
   if (j.contains("speed")) {
     e.speed = j.at("speed").get<std::string>();
     if (!speed_labels.contains(e.speed))
@@ -274,7 +279,7 @@ TEST_CASE("the suite loads and every task has the candidate kinds it needs") {
       return std::count_if(list.begin(), list.end(), [&](const entry* e) { return pred(*e); });
     };
     const auto compile_errors = count([](const entry& e) { return e.expects(verdict_kind::compile_error); });
-    const auto wrong = count([](const entry& e) { return e.expect == std::vector{verdict_kind::wrong_result}; });
+    const auto wrong = count([](const entry& e) { return e.expects(verdict_kind::wrong_result) && !e.racy(); });
     const auto racy = count([](const entry& e) { return e.racy(); });
     const auto slower = count([](const entry& e) { return e.speed == "slower"; });
     const auto similar = count([](const entry& e) { return e.speed == "similar"; });

@@ -1,7 +1,9 @@
 #include <specgen/compare.hpp>
+#include <specgen/inputs.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -268,4 +270,96 @@ TEST_CASE("the parallel comparison gives exactly the sequential result") {
   const auto par = compare_outputs_parallel(spec, poisoned, bytes(want), "N", 8);
   CHECK(par.degenerate == seq.degenerate);
   CHECK_THAT(par.degenerate, Catch::Contains("never written"));
+}
+
+namespace {
+
+/// Dot products of K large random-signed terms: the reference in double, an
+/// fp32 evaluation (sequential, like one thread of a tiled GEMM), one with
+/// the operands rounded to half precision, and the magnitude of the terms.
+struct dots {
+  std::vector<float> exact, fp32, half, terms;
+};
+
+dots make_dots(int outputs, int k) {
+  dots d;
+  const tensor_spec in{.name = "a", .type = dtype::f32, .shape = {"N"}};
+  const auto a = make_input(in, static_cast<std::int64_t>(outputs) * k, 1, distribution::large);
+  const auto b = make_input(in, static_cast<std::int64_t>(outputs) * k, 2, distribution::large);
+  for (int o = 0; o < outputs; ++o) {
+    double exact = 0, mag = 0;
+    float f = 0, h = 0;
+    for (int i = 0; i < k; ++i) {
+      const std::size_t at = static_cast<std::size_t>(o) * static_cast<std::size_t>(k) + static_cast<std::size_t>(i);
+      const float x = static_cast<float>(detail::load_double(dtype::f32, a, at));
+      const float y = static_cast<float>(detail::load_double(dtype::f32, b, at));
+      exact += static_cast<double>(x) * y;
+      mag += std::abs(static_cast<double>(x) * y);
+      f = std::fma(x, y, f);
+      h = std::fma(half_to_float(float_to_half(x)), half_to_float(float_to_half(y)), h);
+    }
+    d.exact.push_back(static_cast<float>(exact));
+    d.fp32.push_back(f);
+    d.half.push_back(h);
+    d.terms.push_back(static_cast<float>(mag));
+  }
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("the terms allowance accepts fp32 rounding where outputs cancel, and still rejects half precision") {
+  const dots d = make_dots(2000, 1024);
+  const auto spec = out_spec(dtype::f32);  // abs 1e-5, rel 1e-5, terms 16 (the f32 default)
+  // Without the terms magnitude the fixed pair rejects the correct fp32 sums...
+  const auto plain = compare_outputs(spec, bytes(d.fp32), bytes(d.exact), "K=1024");
+  CHECK_FALSE(plain.pass);
+  CHECK(plain.stats.count > 10);  // the outputs that cancel to near zero
+  // ...with it, every one passes,
+  const auto with_terms = compare_outputs(spec, bytes(d.fp32), bytes(d.exact), "K=1024", 8, bytes(d.terms));
+  CHECK(with_terms.pass);
+  // while half-precision operands stay far outside it,
+  const auto half = compare_outputs(spec, bytes(d.half), bytes(d.exact), "K=1024", 8, bytes(d.terms));
+  CHECK_FALSE(half.pass);
+  CHECK(half.stats.count > 1500);
+  CHECK(make_wrong_result_verdict(half).kind == verdict_kind::wrong_result);
+  // and terms = 0 is the fixed pair alone.
+  auto fixed = spec;
+  fixed.tol.terms = 0;
+  CHECK_FALSE(compare_outputs(fixed, bytes(d.fp32), bytes(d.exact), "K=1024", 8, bytes(d.terms)).pass);
+  // The parallel comparison and the agreement check take the allowance too.
+  const auto par = compare_outputs_parallel(spec, bytes(d.fp32), bytes(d.exact), "K=1024", 4, 8, bytes(d.terms));
+  CHECK(par == with_terms);
+  const auto par_half = compare_outputs_parallel(spec, bytes(d.half), bytes(d.exact), "K=1024", 4, 8, bytes(d.terms));
+  CHECK(par_half == half);
+  CHECK(outputs_agree(spec, bytes(d.exact), bytes(d.fp32), "K=1024", 8, bytes(d.terms)).pass);
+  CHECK(unit_roundoff(dtype::f32) == 0x1p-24);
+  CHECK(unit_roundoff(dtype::f64) == 0x1p-53);
+  CHECK_THROWS_AS(compare_outputs(spec, bytes(d.fp32), bytes(d.exact), "K", 8, bytes(std::vector<float>{1})),
+                  std::invalid_argument);
+}
+
+TEST_CASE("NaN or inf a kernel computed is nonfinite_output; poison it never overwrote is wrong_result") {
+  const auto spec = out_spec(dtype::f32);
+  auto nan_out = ramp;
+  nan_out[3] = pinf;
+  auto c = compare_outputs(spec, bytes(nan_out), bytes(ramp), "N=8");
+  CHECK(c.nonfinite == 1);
+  CHECK(c.unwritten == 0);
+  const verdict v = make_wrong_result_verdict(c);
+  CHECK(v.kind == verdict_kind::nonfinite_output);
+  CHECK(v.summary.starts_with("1 element is NaN or inf where the reference is finite: "));
+  REQUIRE(v.mismatch);
+  CHECK(v.mismatch->worst_index == 3);
+
+  std::vector<std::byte> unwritten = bytes(ramp);
+  fill_poison(std::span(unwritten).subspan(16), dtype::f32);  // elements 4..7 never written
+  auto u = compare_outputs(spec, unwritten, bytes(ramp), "N=8");
+  CHECK(u.unwritten == 4);
+  CHECK(u.nonfinite == 0);
+  CHECK(make_wrong_result_verdict(u).kind == verdict_kind::wrong_result);
+  // NaN where the reference is NaN too is no mismatch at all.
+  auto both = ramp;
+  both[0] = qnan;
+  CHECK(compare_outputs(spec, bytes(both), bytes(both), "N=8").nonfinite == 0);
 }

@@ -60,16 +60,16 @@ candidate sample_candidate() {
 
 TEST_CASE("dtype and distribution names are the task-file spellings and parse back") {
   CHECK(dtype_names == std::array<std::string_view, 8>{"f16", "bf16", "f32", "f64", "i8", "u8", "i32", "i64"});
-  CHECK(distribution_names ==
-        std::array<std::string_view, 6>{"normal", "uniform", "signed_uniform", "large", "zeros", "ones"});
+  CHECK(distribution_names == std::array<std::string_view, 11>{"normal", "uniform", "signed_uniform", "large",
+                                                               "zeros", "ones", "normal", "uniform", "randint",
+                                                               "const", "arange"});
   for (std::size_t i = 0; i < dtype_names.size(); ++i) {
     const auto t = static_cast<dtype>(i);
     CHECK(parse_dtype(to_string(t)) == t);
   }
-  for (std::size_t i = 0; i < distribution_names.size(); ++i) {
-    const auto d = static_cast<distribution>(i);
+  for (const auto& d : {distribution::normal, distribution::uniform, distribution::signed_uniform, distribution::large,
+                        distribution::zeros, distribution::ones})
     CHECK(parse_distribution(to_string(d)) == d);
-  }
   CHECK(to_string(dtype::bf16) == "bf16");
   CHECK(to_string(distribution::signed_uniform) == "signed_uniform");
 }
@@ -106,8 +106,8 @@ TEST_CASE("every enum value round-trips through JSON") {
     CHECK(round_trip(static_cast<finish_reason>(i)) == static_cast<finish_reason>(i));
   for (std::size_t i = 0; i < dtype_names.size(); ++i)
     CHECK(round_trip(static_cast<dtype>(i)) == static_cast<dtype>(i));
-  for (std::size_t i = 0; i < distribution_names.size(); ++i)
-    CHECK(round_trip(static_cast<distribution>(i)) == static_cast<distribution>(i));
+  for (const char* d : {"normal", "large", "normal(1000, 1)", "uniform(-1, 2)", "randint(0, 5)", "const(2)", "arange"})
+    CHECK(round_trip(*parse_distribution(d)) == *parse_distribution(d));
 }
 
 TEST_CASE("an unknown enum name is a type error that lists the accepted names") {

@@ -2,6 +2,7 @@
 // renders feedback a model can act on.
 #include <specgen/policy/strategy.hpp>
 #include <specgen/prompt.hpp>
+#include <specgen/replay/responsive.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -104,7 +105,8 @@ TEST_CASE("the prompt reports each distinct kernel once, marks repeats, diffs ag
   CHECK(reported[2].verdict == "wrong_result");
   CHECK_THAT(prompt, Catch::Contains("written 3 times"));
   CHECK_THAT(prompt, Catch::Contains("draft from a fork at 1,200 reasoning tokens (trigger code_fence), round 2"));
-  CHECK_THAT(prompt, Catch::Contains("5 of 135267 elements outside the tolerance (abs 1e-05 + rel 1e-05 x |expected|)"));
+  CHECK_THAT(prompt, Catch::Contains("5 of 135267 elements outside the tolerance (abs 1e-05 + rel 1e-05 x |expected| + "
+                                     "16 roundoffs of the magnitude of its terms)"));
   CHECK_THAT(prompt, Catch::Contains("2 of them NaN"));
   // Flat 4101 of a 33 x 4099 output is row 1, column 2.
   CHECK_THAT(prompt, Catch::Contains("Worst at y[1, 2] (flat 4101): got -1, expected 2."));
@@ -234,3 +236,46 @@ TEST_CASE("strategy sizes are read within ranges, and out-of-range params in cod
   CHECK_THROWS_AS(any_strategy(parallel_seeds{{.seeds = 1'000'000}}), std::invalid_argument);
 }
 
+
+TEST_CASE("the task's scalars are listed with type and value, and the system prompt says how to pass them") {
+  task t = small_task();
+  CHECK_THAT(render_task(t), !Catch::Contains("Scalars"));
+  t.scalars = {{.name = "eps", .type = scalar_type::f32, .real = 1e-5},
+               {.name = "seed", .type = scalar_type::u64, .value = -1}};
+  const std::string s = render_task(t);
+  CHECK_THAT(s, Catch::Contains("Scalars (pass each by its name in args, where it arrives as its declared type; a cast "
+                                "such as NAME:f64 converts it; other constants are typed literals such as 1e-5:f32 or "
+                                "3:u32):\n"
+                                "- eps: f32 = 1e-05 (a 'float' parameter)\n"
+                                "- seed: u64 = 18446744073709551615 (an 'unsigned long long' parameter)\n"));
+  CHECK_THAT(system_prompt(), Catch::Contains("A task scalar is passed by its name") &&
+                                  Catch::Contains("1e-5:f32 (float), 0.5:f64 (double), 3:u32, -1:i64"));
+}
+
+TEST_CASE("feedback keeps the verdict kinds of a wrong output apart") {
+  const mismatch_stats m{.output = "y", .shape = "N=7", .max_abs = 1, .max_rel = 1, .count = 1, .total = 7,
+                         .first_indices = {3}, .nans = 1, .worst_index = 3, .worst_got = 0, .worst_want = 2};
+  auto nan = record(9, 0, 0, std::nullopt, verdict_kind::nonfinite_output);
+  nan.eval->result.summary = "1 element is NaN or inf where the reference is finite: output 'y' at N=7: ...";
+  nan.eval->result.mismatch = m;
+  const auto n = render_feedback(nan);
+  CHECK_THAT(n, Catch::StartsWith("1 element is NaN or inf where the reference is finite"));
+  CHECK_THAT(n, Catch::Contains("1 of them NaN"));
+  // A later call returning an earlier call's result: the summary says so, the details follow.
+  auto stale = record(10, 0, 0, std::nullopt, verdict_kind::wrong_result);
+  stale.eval->result.summary = "call 2 in one loaded module returned what call 1 should have (state kept across calls)";
+  stale.eval->result.mismatch = m;
+  const auto st = render_feedback(stale);
+  CHECK_THAT(st, Catch::StartsWith("call 2 in one loaded module returned what call 1 should have"));
+  CHECK_THAT(st, Catch::Contains("Worst at y[3]: got 0, expected 2."));
+  // Input mutation and out-of-bounds writes: the summary and the log.
+  auto clobber = record(11, 0, 0, std::nullopt, verdict_kind::input_mutation);
+  clobber.eval->result.summary = "modified its input 'x' at N=7";
+  clobber.eval->result.log = "inputs changed: x";
+  const auto c = render_feedback(clobber);
+  CHECK_THAT(c, Catch::Contains("modified its input 'x' at N=7"));
+  CHECK_THAT(c, Catch::Contains("inputs changed: x"));
+  CHECK(replay::is_bad_verdict("out_of_bounds_write"));
+  CHECK(is_wrong_output(verdict_kind::input_mutation));
+  CHECK_FALSE(is_wrong_output(verdict_kind::fault));
+}

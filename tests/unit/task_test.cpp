@@ -183,7 +183,8 @@ TEST_CASE("dtypes and distributions must be known") {
   j["inputs"][0]["init"] = "gaussian";
   const auto e = fails(j);
   CHECK(e.field == "/inputs/0/init");
-  CHECK(e.message == "unknown distribution 'gaussian' (known: normal, uniform, signed_uniform, large, zeros, ones)");
+  CHECK(e.message == "unknown distribution 'gaussian' (known: normal, uniform, signed_uniform, large, zeros, ones, "
+                     "normal(mean, std), uniform(lo, hi), randint(lo, hi), const(v), arange, arange(start, step))");
 }
 
 TEST_CASE("every symbol is bound in every shape, to a positive value, and nothing else is") {
@@ -399,3 +400,141 @@ TEST_CASE("a suite directory holding a FIFO named *.json says so instead of bloc
   CHECK_THAT(suite.error().message, Catch::Contains("FIFO"));
 }
 
+
+// ---- scalars -----------------------------------------------------------------------------
+
+namespace {
+
+/// `minimal()` with scalars, passed by the reference plan.
+json with_scalars() {
+  json j = minimal();
+  j["scalars"] = json::parse(R"json([
+    {"name": "alpha", "type": "f32", "value": 1e-5},
+    {"name": "beta", "type": "f64", "value": -0.25},
+    {"name": "seed", "type": "u64", "value": 18446744073709551615},
+    {"name": "lo", "type": "i64", "value": -9223372036854775808},
+    {"name": "tag", "type": "u8", "value": 255},
+    {"name": "two", "type": "i16", "value": 2.0},
+    {"name": "h", "type": "f16", "value": 1}
+  ])json");
+  j["reference"]["source"] =
+      "extern \"C\" __global__ void scale(const float* x, float* y, int n, float alpha, double beta,\n"
+      "                                   unsigned long long seed, long long lo, unsigned char tag) {}";
+  j["reference"]["plan"] = "launch scale grid(cdiv(N * M, 256)) block(256) args(x, y, N * M, alpha, beta, seed, lo, tag)";
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("task scalars load with their exact values and pass through the reference plan") {
+  auto t = parse_task(with_scalars(), "t.json");
+  if (!t) FAIL(t.error().what());
+  REQUIRE(t->scalars.size() == 7);
+  CHECK(t->scalars[0] == scalar_spec{.name = "alpha", .type = scalar_type::f32, .real = 1e-5});  // as written
+  CHECK(t->scalars[1] == scalar_spec{.name = "beta", .type = scalar_type::f64, .real = -0.25});
+  CHECK(static_cast<std::uint64_t>(t->scalars[2].value) == 18446744073709551615ull);
+  CHECK(t->scalars[3].value == std::numeric_limits<std::int64_t>::min());
+  CHECK(t->scalars[4] == scalar_spec{.name = "tag", .type = scalar_type::u8, .value = 255});
+  CHECK(t->scalars[5] == scalar_spec{.name = "two", .type = scalar_type::i16, .value = 2});  // an integral float
+  CHECK(t->scalars[6] == scalar_spec{.name = "h", .type = scalar_type::f16, .real = 1.0});    // an integer as a float
+  auto plan = parse_plan(t->reference.plan);
+  REQUIRE(plan);
+  auto r = resolve(*plan, *t, t->benchmark_shape);
+  REQUIRE(r);
+  const auto& args = r->launches[0].args;
+  CHECK(args[3] == resolved_arg{.type = scalar_type::f32, .real = static_cast<double>(1e-5f)});
+  CHECK(args[5] == resolved_arg{.value = -1, .type = scalar_type::u64});
+  CHECK(args[7] == resolved_arg{.value = 255, .type = scalar_type::u8});
+  // A task without scalars writes none: existing task files read and write as before.
+  CHECK_FALSE(to_json(*parse_task(minimal(), "t.json")).contains("scalars"));
+}
+
+TEST_CASE("task scalars round-trip through to_json exactly") {
+  auto t = parse_task(with_scalars(), "t.json");
+  REQUIRE(t);
+  const json j = to_json(*t);
+  CHECK(j["scalars"][2]["value"].dump() == "18446744073709551615");
+  CHECK(j["scalars"][3]["value"].dump() == "-9223372036854775808");
+  CHECK(j["scalars"][0] == json{{"name", "alpha"}, {"type", "f32"}, {"value", 1e-5}});
+  auto back = parse_task(j, "t.json");
+  if (!back) FAIL(back.error().what());
+  CHECK(*back == *t);
+  CHECK(parse_task(json::parse(j.dump()), "t.json").value() == *t);  // through text too
+}
+
+TEST_CASE("a scalar's type and value are checked with a message at the value") {
+  auto scalar_fails = [](json scalar) {
+    json j = minimal();
+    j["scalars"] = json::array({std::move(scalar)});
+    return fails(j);
+  };
+  CHECK(scalar_fails({{"name", "a"}, {"type", "f8"}, {"value", 1}}).what() ==
+        "t.json: /scalars/0/type: unknown scalar type 'f8' (known: i8, u8, i16, u16, i32, u32, i64, u64, f16, bf16, "
+        "f32, f64)");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "u8"}, {"value", 256}}).what() ==
+        "t.json: /scalars/0/value: 256 is out of the range of u8 (0 to 255)");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "u32"}, {"value", -1}}).message ==
+        "-1 is out of the range of u32 (0 to 4294967295)");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "i64"}, {"value", 9223372036854775808ull}}).message ==
+        "9223372036854775808 is out of the range of i64 (-9223372036854775808 to 9223372036854775807)");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "i32"}, {"value", 1.5}}).message ==
+        "1.5 is not an integer; type i32 needs an integral value");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "u64"}, {"value", 1e20}}).message ==
+        "1e+20 is out of the range of u64 (0 to 18446744073709551615)");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "f32"}, {"value", 1e39}}).message ==
+        "1e+39 is out of the range of f32 (-3.4028234663852886e+38 to 3.4028234663852886e+38)");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "f16"}, {"value", 70000}}).message ==
+        "70000 is out of the range of f16 (-65504 to 65504)");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "f32"}, {"value", "1e-5"}}).what() ==
+        "t.json: /scalars/0/value: must be a number, got \"1e-5\"");
+  CHECK(scalar_fails({{"name", "a"}, {"type", "f32"}}).what() == "t.json: /scalars/0: missing required key 'value'");
+  CHECK(scalar_fails({{"name", "a"}, {"dtype", "f32"}, {"value", 1}}).message ==
+        "unknown key 'dtype' (did you mean 'type'?); allowed: name, type, value");
+  json j = minimal();
+  j["scalars"] = {{"eps", 1e-5}};
+  CHECK(fails(j).what() ==
+        "t.json: /scalars: must be an array of scalars like [{\"name\": \"eps\", \"type\": \"f32\", \"value\": "
+        "1e-5}], got object");
+}
+
+TEST_CASE("scalar names are identifiers distinct from symbols, buffers and each other") {
+  auto name_fails = [](std::vector<std::string> names) {
+    json j = minimal();
+    j["scalars"] = json::array();
+    for (const auto& n : names) j["scalars"].push_back({{"name", n}, {"type", "f32"}, {"value", 1}});
+    return fails(j);
+  };
+  CHECK(name_fails({"eps", "eps"}).what() == "t.json: /scalars/1/name: scalar 'eps' is declared twice (first at "
+                                             "/scalars/0)");
+  CHECK(name_fails({"N"}).what() == "t.json: /scalars/0/name: 'N' is already a size symbol");
+  CHECK(name_fails({"x"}).what() == "t.json: /scalars/0/name: 'x' is already a buffer");
+  CHECK(name_fails({"y"}).message == "'y' is already a buffer");
+  CHECK(name_fails({"1eps"}).message == "'1eps' is not a name (letters, digits, '_')");
+  CHECK(name_fails({"cdiv"}).message == "'cdiv' is a function of size expressions; choose another name");
+}
+
+TEST_CASE("the reference plan passes scalars by the plan's rules") {
+  json j = with_scalars();
+  j["reference"]["plan"] = "launch scale grid(1) block(1) args(x, y, N, alpha:i32)";
+  CHECK(fails(j).what() ==
+        "t.json: /reference/plan: at shape M=64,N=1024: line 1, column 45: args[3]: 'alpha' = 1e-05 is not an "
+        "integer, so it cannot be passed as i32");
+  j["reference"]["plan"] = "launch scale grid(1) block(1) args(x, y, N, 0.5)";
+  CHECK(fails(j).message ==
+        "line 1, column 45: args[3]: the float literal 0.5 needs a type: write '0.5:f32' for a 'float' parameter or "
+        "'0.5:f64' for a 'double'");
+  j["reference"]["plan"] = "launch scale grid(1) block(1) args(x, y, N, alpha:f64, 0.5:f32, tag:u16, seed:f32)";
+  CHECK(parse_task(j, "t.json"));
+}
+
+TEST_CASE("validate_task checks the scalars of a task built in code") {
+  task t = *parse_task(minimal(), "");
+  t.scalars = {{.name = "k", .type = scalar_type::i8, .value = 300}};
+  auto ok = validate_task(t);
+  REQUIRE_FALSE(ok);
+  CHECK(ok.error().what() == "<task>: /scalars/0/value: 300 is out of the range of i8 (-128 to 127)");
+  t.scalars = {{.name = "eps", .type = scalar_type::f32, .real = std::numeric_limits<double>::quiet_NaN()}};
+  CHECK(validate_task(t).error().message == "nan is not a finite number");
+  t.scalars = {{.name = "seed", .type = scalar_type::u64, .value = -1}, {.name = "eps", .real = 1e-5}};
+  CHECK(validate_task(t));
+}

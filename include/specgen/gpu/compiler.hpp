@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,13 +77,18 @@ struct compiler_config {
   friend bool operator==(const compiler_config&, const compiler_config&) = default;
 };
 
-/// Per-kernel resource use, as ptxas reports it (feedback a model can act on).
+/// Per-kernel resource use (feedback a model can act on), as the cubin
+/// records it and, for the spills, as ptxas reports it.
 struct kernel_resources {
   std::string name{};  ///< the entry point as ptxas names it (mangled unless extern "C")
   int registers = 0;   ///< per thread
+  /// Bytes of local memory the spills write and read per thread: from ptxas's
+  /// report in NVRTC's log only (the cubin does not record them), so 0 when
+  /// the log has no report.
   int spill_stores_bytes = 0;
   int spill_loads_bytes = 0;
-  int static_smem_bytes = 0;
+  int static_smem_bytes = 0;  ///< `__shared__` variables, without the bytes the system reserves per block
+  int stack_frame_bytes = 0;  ///< per thread: local arrays and spills
   friend bool operator==(const kernel_resources&, const kernel_resources&) = default;
 };
 
@@ -90,6 +96,8 @@ struct kernel_resources {
 struct compiled {
   std::vector<std::byte> cubin{};
   std::string log{};                      ///< NVRTC's log (warnings and ptxas info), kept for feedback
+  /// Every entry function the cubin defines, in the cubin's order, with its
+  /// resources (`kernels_of_compile`): complete also when the log has no ptxas report.
   std::vector<kernel_resources> kernels{};
   double seconds = 0;                     ///< NVRTC wall time of the compile that produced the cubin
   bool cache_hit = false;                 ///< true when this call did not run NVRTC itself
@@ -136,6 +144,30 @@ struct compiler_stats {
 ///   // k[0].registers == 10, k[0].static_smem_bytes == 256
 /// @endcode
 std::vector<kernel_resources> parse_ptxas_info(std::string_view log);
+
+/**
+ * Reads the entry functions (kernels) of a cubin and the resources it records
+ * for each: registers per thread, static shared memory and stack frame. Spills
+ * are not in a cubin and read 0. A cubin is a little-endian ELF64 image; every
+ * offset and size in it is bounds-checked, so a truncated or malformed image is
+ * an error message, never a crash.
+ *
+ * NVRTC writes the ptxas report into its log only when ptxas ran: a compile
+ * that NVRTC answers from a cache of its own has an empty log, but its cubin
+ * always says which kernels exist and what they use.
+ * @code
+ *   auto k = read_cubin_kernels(compiled.cubin);
+ *   if (k) for (const auto& e : *k) std::cout << e.name << ": " << e.registers << " registers\n";
+ * @endcode
+ */
+expected<std::vector<kernel_resources>, std::string> read_cubin_kernels(std::span<const std::byte> cubin);
+
+/// The kernels of a compile: the cubin's entry functions and their resources
+/// (the authority on which kernels exist), with the spills of the same-named
+/// entries of `reported` (ptxas's report, `parse_ptxas_info`). Where the cubin
+/// cannot be read, `reported` as it is.
+std::vector<kernel_resources> kernels_of_compile(std::span<const std::byte> cubin,
+                                                 const std::vector<kernel_resources>& reported);
 
 /// The core's summary of a compile: the worst kernel's registers, spills and shared memory.
 compile_report to_report(const compiled& c);
@@ -229,7 +261,8 @@ inline void to_json(nlohmann::json& j, const kernel_resources& k) {
        {"registers", k.registers},
        {"spill_stores_bytes", k.spill_stores_bytes},
        {"spill_loads_bytes", k.spill_loads_bytes},
-       {"static_smem_bytes", k.static_smem_bytes}};
+       {"static_smem_bytes", k.static_smem_bytes},
+       {"stack_frame_bytes", k.stack_frame_bytes}};
 }
 inline void from_json(const nlohmann::json& j, kernel_resources& k) {
   specgen::detail::read(j, "name", k.name);
@@ -237,6 +270,7 @@ inline void from_json(const nlohmann::json& j, kernel_resources& k) {
   specgen::detail::read(j, "spill_stores_bytes", k.spill_stores_bytes);
   specgen::detail::read(j, "spill_loads_bytes", k.spill_loads_bytes);
   specgen::detail::read(j, "static_smem_bytes", k.static_smem_bytes);
+  specgen::detail::read(j, "stack_frame_bytes", k.stack_frame_bytes);
 }
 
 }  // namespace gpu

@@ -51,17 +51,29 @@ namespace gpu {
 /// One set of inputs a candidate is checked on, at every validation shape.
 struct validation_case {
   std::uint64_t seed = 1;
-  /// Overrides the init of every floating-point input whose own init is
-  /// random (normal, uniform, signed_uniform, large); inputs declared
-  /// zeros/ones, and integer inputs, keep their init. Empty: each input's own init.
+  /// Replaces the distribution of every floating-point input whose own one is
+  /// a named random one (normal, uniform, signed_uniform, large); inputs with
+  /// a distribution the task states (`normal(1000, 1)`, `const(2)`, zeros,
+  /// ...), and integer inputs, keep theirs. Empty: each input's own. A case
+  /// that replaces applies only where the task's tolerances hold for it
+  /// (`task::distributions`).
   std::optional<distribution> floats{};
   friend bool operator==(const validation_case&, const validation_case&) = default;
 };
 
+/// Shared-memory poison words: NaN for floats (-1 for integers), and the
+/// largest and the most negative finite floats of the form 0xXYXYXYXY, so a
+/// kernel that reads shared memory it never wrote gets NaN in a sum and a
+/// huge value out of a max or a min.
+inline constexpr std::uint32_t smem_poison_nan = 0xFFFFFFFFu;
+inline constexpr std::uint32_t smem_poison_huge = 0x7F7F7F7Fu;       ///< 3.39e38 as f32
+inline constexpr std::uint32_t smem_poison_minus_huge = 0xFEFEFEFEu; ///< -1.69e38 as f32
+
 /// How candidates are validated.
 struct validation_config {
-  /// Run at every validation shape of the task. The default covers the
-  /// task's own inits and the four random distributions.
+  /// Run at every validation shape of the task (those that apply, see
+  /// `validation_case::floats`). The default covers the task's own inits and
+  /// the four random distributions.
   std::vector<validation_case> cases{{1, std::nullopt},
                                      {2, distribution::normal},
                                      {3, distribution::uniform},
@@ -69,8 +81,21 @@ struct validation_config {
                                      {5, distribution::large}};
   /// Runs of each case; outputs are poisoned before every run and each run is
   /// compared with the reference. A later run failing after the first passed
-  /// is `unstable` (a race).
+  /// is `unstable` (a race). All cases of one shape run in one call, in one
+  /// loaded instance of the candidate's module, as a caller who loads it once
+  /// and calls it many times would: a kernel that keeps results across calls
+  /// (in `__device__` variables) is judged on what the later calls return.
   int repeats = 2;
+  /// True: every case of a shape runs in one call, in one loaded module (see
+  /// `repeats`). False: each case in a call of its own, with a fresh module
+  /// instance before every run; state kept across calls then goes unseen.
+  /// Only for measuring what the repeated-call check costs.
+  bool same_module = true;
+  /// Before every launch of a checked run, all shared memory of every SM is
+  /// filled with one of these words (run k gets word k mod n), so a kernel
+  /// reading shared memory it never wrote sees garbage, never leftovers that
+  /// happen to work. Empty: no poison.
+  std::vector<std::uint32_t> shared_memory_poison{smem_poison_nan, smem_poison_huge, smem_poison_minus_huge};
   std::size_t guard_bytes = 256;   ///< canary zone before and after every buffer
   duration run_deadline = seconds(2);  ///< one plan run; past it: `timeout`, worker replaced
   friend bool operator==(const validation_config&, const validation_config&) = default;

@@ -50,8 +50,9 @@ namespace replay {
 
 /// The verdict words of a failed kernel: a prompt reporting a kernel under one
 /// of these never gets that kernel written again.
-inline constexpr std::array<std::string_view, 7> bad_verdict_words{
-    "compile_error", "invalid_plan", "fault", "timeout", "wrong_result", "unstable", "suspicious"};
+inline constexpr std::array<std::string_view, 10> bad_verdict_words{
+    "compile_error", "invalid_plan", "fault",          "timeout",           "wrong_result",
+    "unstable",      "suspicious",   "input_mutation", "out_of_bounds_write", "nonfinite_output"};
 
 /// True when `verdict` (a heading's verdict word) says the kernel failed.
 constexpr bool is_bad_verdict(std::string_view verdict) noexcept {

@@ -808,6 +808,9 @@ class corpus_generator {
         e.summary = "the kernel did not finish within 2.0 s; the worker was restarted";
         break;
       case verdict_kind::suspicious:
+      case verdict_kind::input_mutation:  // the generator draws none of these three
+      case verdict_kind::out_of_bounds_write:
+      case verdict_kind::nonfinite_output:
         break;
     }
     out_.costs.kernels.try_emplace(key, std::move(e));

@@ -158,7 +158,9 @@ struct compiler_state {
     auto c = std::make_shared<compiled>();
     const auto* bytes = reinterpret_cast<const std::byte*>(reply->cubin.data());
     c->cubin.assign(bytes, bytes + reply->cubin.size());
-    c->kernels = parse_ptxas_info(log);
+    // The cubin says which kernels exist and what they use, also when NVRTC's
+    // log has no ptxas report; the report adds the spills.
+    c->kernels = kernels_of_compile(c->cubin, parse_ptxas_info(log));
     c->log = std::move(log);
     c->seconds = reply->seconds;
     c->key = key;

@@ -175,6 +175,10 @@ disk_cache::loaded disk_cache::load(const std::string& key) const {
   if (cubin.size() < 4 || cubin.substr(0, 4) != "\x7f" "ELF") return out;
   const auto* p = reinterpret_cast<const std::byte*>(cubin.data());
   c->cubin.assign(p, p + cubin.size());
+  // The kernels are read again from the cubin (the stored report adds the
+  // spills), so an entry written from a compile whose log lacked the ptxas
+  // report, or before the cubin was read, still names every kernel.
+  c->kernels = kernels_of_compile(c->cubin, c->kernels);
   c->cache_hit = true;
   c->key = key;
   out.entry = std::move(c);

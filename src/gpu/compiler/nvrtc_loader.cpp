@@ -87,14 +87,34 @@ expected<nvrtc_api, error> open_nvrtc(const std::vector<std::string>& libraries)
 
 namespace {
 
+// NVRTC 12.9+ keeps a compile cache of its own (under ~/.nv/ComputeCache). A
+// compile answered from it skips ptxas, so the log loses the ptxas report
+// (registers, spills, shared memory) that feedback needs. Seen on an H200 with
+// NVRTC 13.0: the second compile of a source, in a later process, returned an
+// empty log. specgen caches cubins itself, so NVRTC's cache is switched off
+// with CUDA_CACHE_DISABLE=1, unless the user set the variable.
+//
+// The variable counts only when it is set before the CUDA driver starts in
+// the process: set after cuInit, NVRTC's cache stays on (seen on an H200 with
+// NVRTC 13.0), and the host program may start the driver before its first
+// compile. So it is set three times over:
+// - here, when the program (or the shared library) holding this code is
+//   loaded, before `main` and before the static initialisers of ordinary
+//   priority (101 is the earliest a program may ask for);
+// - in load(), for a program that cleared the environment after starting;
+// - in the environment of every sandboxed NVRTC helper (sandbox/helper.cpp),
+//   where compiles run: it starts with CUDA_CACHE_DISABLE=1 whatever the
+//   caller's environment says, since it inherits nothing of it.
+// Compiles stay correct without it: the kernels are read from the cubin as
+// well (cubin_kernels.cpp); only the spills come from the report alone.
+// The setting also turns off the driver's PTX JIT cache in this process,
+// which specgen barely uses: it loads cubins.
+void disable_nvrtc_cache() noexcept { ::setenv("CUDA_CACHE_DISABLE", "1", /*overwrite=*/0); }
+
+[[gnu::constructor(101)]] void disable_nvrtc_cache_at_load() noexcept { disable_nvrtc_cache(); }
+
 expected<const nvrtc_api*, error> load() {
-  // NVRTC 12.9+ keeps its own compile cache (under ~/.nv/ComputeCache). A
-  // compile answered from it skips ptxas, so the log loses the ptxas report
-  // (registers, spills, shared memory) that feedback needs. specgen caches
-  // cubins itself, so NVRTC's cache is switched off, unless the user set
-  // CUDA_CACHE_DISABLE explicitly. Seen on an H200 with NVRTC 13.0: the second
-  // compile of a source returned an empty log.
-  setenv("CUDA_CACHE_DISABLE", "1", /*overwrite=*/0);
+  disable_nvrtc_cache();
   auto opened = open_nvrtc(candidate_libraries());
   if (!opened) return unexpected(opened.error());
   static const nvrtc_api api = std::move(*opened);

@@ -4,7 +4,9 @@
 //   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 //   ptxas info    : Used 10 registers, used 1 barriers, 256 bytes smem
 // Non-inlined device functions get "Function properties for <fn>" blocks of their
-// own, which must not overwrite the entry's spills.
+// own, which must not overwrite the entry's spills and stack frame.
+// A compile that NVRTC answers from its own cache has no such report at all;
+// the cubin's own records (cubin_kernels.cpp) fill in what the log lacks.
 #include <specgen/gpu/compiler.hpp>
 
 #include <cctype>
@@ -64,6 +66,7 @@ std::vector<kernel_resources> parse_ptxas_info(std::string_view log) {
     if (in_entry_properties) {
       if (auto v = number_before(line, "bytes spill stores")) k.spill_stores_bytes = *v;
       if (auto v = number_before(line, "bytes spill loads")) k.spill_loads_bytes = *v;
+      if (auto v = number_before(line, "bytes stack frame")) k.stack_frame_bytes = *v;
     }
     if (line.find("Used ") != std::string_view::npos) {
       if (auto v = number_before(line, "registers")) k.registers = *v;

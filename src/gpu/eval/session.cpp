@@ -46,10 +46,6 @@ verdict nonsense(std::string_view what, std::string_view why) {
   return make(verdict_kind::fault, fmt::format("the worker answered nonsense while {}", what), std::string(why));
 }
 
-std::string distribution_text(std::optional<distribution> d) {
-  return d ? fmt::format("{} float inputs", to_string(*d)) : std::string("the inputs' own inits");
-}
-
 double millis(duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 std::string megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
@@ -217,26 +213,30 @@ struct device_session::state {
     std::vector<decoded_run> runs;
   };
 
-  /// `run` op: `plan` on worker-generated inputs (seed, floats) at `shape`, `repeats` times.
+  /// `run` op: `plan` on worker-generated inputs at `shape`, every set in
+  /// turn, each `repeats` times. With `checked` the call is a candidate's
+  /// validation: all runs share one loaded module (as a caller's would) and
+  /// shared memory is poisoned before every launch.
   expected<run_answer, verdict> run_plan(const task& t, const json& task_json, const shape_binding& shape,
-                                         std::uint64_t seed, std::optional<distribution> floats,
-                                         const std::string& plan, const compiled& binary, int repeats,
+                                         const std::vector<input_case>& sets, const std::string& plan,
+                                         const compiled& binary, int repeats, bool checked,
                                          const std::vector<std::size_t>& output_bytes, std::string_view what) {
-    json inputs = json::array();
-    for (const auto& spec : t.inputs) {
-      json in{{"name", spec.name}, {"seed", seed}};
-      if (auto d = override_for(spec, floats)) in["distribution"] = to_string(*d);
-      inputs.push_back(std::move(in));
-    }
+    json lists = json::array();
+    for (const auto& c : sets) lists.push_back(inputs_json(t, c));
     json args{{"task", task_json},
               {"plan", plan},
               {"shape", shape},
               {"module_key", binary.key},
-              {"inputs", std::move(inputs)},
+              {"sets", std::move(lists)},
               {"repeats", repeats},
               {"guard", config.validation.guard_bytes},
               {"deadline_ms", millis(config.validation.run_deadline)}};
-    const duration deadline = config.validation.run_deadline * repeats + config.call_margin;
+    if (checked) {
+      args["same_module"] = config.validation.same_module;
+      if (!config.validation.shared_memory_poison.empty()) args["smem_poison"] = config.validation.shared_memory_poison;
+    }
+    const int runs = repeats * static_cast<int>(sets.size());
+    const duration deadline = config.validation.run_deadline * runs + config.call_margin;
     track_worker();
     bool with_cubin = !loaded.contains(binary.key);
     for (int attempt = 0;; ++attempt) {
@@ -271,9 +271,9 @@ struct device_session::state {
       loaded.insert(binary.key);
       const std::string_view payload = (*resp)->payload();
       const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>(payload.data()), payload.size());
-      auto runs = decode_runs(result, bin, t, output_bytes, repeats);
-      if (!runs) return unexpected(nonsense(what, runs.error()));
-      return run_answer{*resp, std::move(*runs)};
+      auto decoded = decode_runs(result, bin, t, output_bytes, runs);
+      if (!decoded) return unexpected(nonsense(what, decoded.error()));
+      return run_answer{*resp, std::move(*decoded)};
     }
   }
 
@@ -288,20 +288,22 @@ struct device_session::state {
     return out;
   }
 
-  /// Reference outputs for (t, shape, seed, floats): from the cache, else
-  /// computed by the host callback or by the reference plan on the worker.
+  /// Reference outputs for (t, shape, inputs): from the cache, else computed
+  /// by the host callback or by the reference plan on the worker. Calls the
+  /// worker on a miss, so outputs read in place from an earlier reply must
+  /// be copied first.
   expected<std::shared_ptr<const output_set>, verdict> reference(const task& t, const json& task_json,
                                                                  std::uint64_t hash, const shape_binding& shape,
-                                                                 std::uint64_t seed,
-                                                                 std::optional<distribution> floats) {
-    const std::string key = reference_key(hash, shape, seed, floats);
+                                                                 const input_case& inputs) {
+    const std::string key = reference_key(hash, shape, inputs);
     if (auto hit = refs->find(key)) {
       count(&session_stats::reference_hits);
       return hit;
     }
+    const std::string on = inputs.absolute ? " on the absolute values of the inputs" : "";
     auto fail = [&](std::string why, std::string log) {
       return unexpected(make(verdict_kind::fault,
-                             fmt::format("the task's reference failed at {}: {}", shape_text(shape), first_line(why)),
+                             fmt::format("the task's reference failed at {}{}: {}", shape_text(shape), on, first_line(why)),
                              "reference: " + (log.empty() ? why : why + "\n" + log)));
     };
     auto sizes = output_sizes(t, shape);
@@ -313,14 +315,15 @@ struct device_session::state {
         return fail(fmt::format("no host reference named '{}' is registered in session_config::host_references",
                                 t.reference.host),
                     {});
-      std::vector<std::vector<std::byte>> inputs;
+      std::vector<std::vector<std::byte>> generated;
       std::vector<std::span<const std::byte>> views;
-      for (const auto& spec : t.inputs) {
-        auto n = element_count(spec, shape);
+      for (std::size_t i = 0; i < t.inputs.size(); ++i) {
+        auto n = element_count(t.inputs[i], shape);
         if (!n) return fail(n.error().message, {});
-        inputs.push_back(make_input(spec, *n, seed, override_for(spec, floats)));
+        generated.push_back(make_input(t.inputs[i], *n, inputs.seed, inputs.dists.at(i)));
+        if (inputs.absolute) make_absolute(generated.back(), t.inputs[i].type);
       }
-      for (const auto& in : inputs) views.emplace_back(in);
+      for (const auto& in : generated) views.emplace_back(in);
       try {
         *out = fn->second(t, shape, views);
       } catch (const std::exception& e) {
@@ -338,8 +341,8 @@ struct device_session::state {
     } else {
       auto bin = comp->compile(t.reference.source, options_for(config, dev, t));
       if (!bin) return fail("it does not compile: " + bin.error().message, bin.error().log);
-      const std::string what = fmt::format("running the reference at {}", shape_text(shape));
-      auto ans = run_plan(t, task_json, shape, seed, floats, t.reference.plan, **bin, 1, *sizes, what);
+      const std::string what = fmt::format("running the reference at {}{}", shape_text(shape), on);
+      auto ans = run_plan(t, task_json, shape, {inputs}, t.reference.plan, **bin, 1, false, *sizes, what);
       if (!ans) {
         if (cancel_flag) return unexpected(ans.error());
         return fail(ans.error().summary, ans.error().log);
@@ -354,39 +357,101 @@ struct device_session::state {
     return std::shared_ptr<const output_set>(out);
   }
 
-  /// Judges the runs of one validation case against the reference.
-  std::optional<verdict> judge(const task& t, const shape_binding& shape, const std::vector<decoded_run>& runs,
-                               const output_set& want) {
+  /// The reference on the absolute values of the inputs, when some float
+  /// output of `t` has a `terms` allowance; null otherwise, or (with a note)
+  /// when it cannot be computed: the comparison then goes without it.
+  std::shared_ptr<const output_set> terms_for(const task& t, const json& task_json, std::uint64_t hash,
+                                              const shape_binding& shape, input_case inputs,
+                                              std::vector<std::string>& notes) {
+    const bool wanted = std::any_of(t.outputs.begin(), t.outputs.end(), [](const tensor_spec& o) {
+      return specgen::detail::is_float(o.type) && o.tol.terms > 0;
+    });
+    if (!wanted) return nullptr;
+    inputs.absolute = true;
+    auto got = reference(t, task_json, hash, shape, inputs);
+    if (got) return *got;
+    notes.push_back("no terms allowance: " + got.error().summary);
+    return nullptr;
+  }
+
+  /// The verdict of a run that broke a guard zone or changed an input, if it did.
+  static std::optional<verdict> memory_verdict(const task& t, const decoded_run& r, const std::string& where,
+                                               const std::string& nth) {
+    if (!r.guards_intact) {
+      const std::string& name = r.guards_broken.front();
+      const bool is_input = std::any_of(t.inputs.begin(), t.inputs.end(), [&](const auto& s) { return s.name == name; });
+      return make(verdict_kind::out_of_bounds_write,
+                  fmt::format("wrote outside {} '{}' at {}{}", is_input ? "input" : "output", name, where, nth),
+                  fmt::format("guard zones damaged around: {}", fmt::join(r.guards_broken, ", ")));
+    }
+    if (!r.inputs_intact)
+      return make(verdict_kind::input_mutation,
+                  fmt::format("modified its input '{}' at {}{}", r.inputs_changed.front(), where, nth),
+                  fmt::format("inputs changed: {}", fmt::join(r.inputs_changed, ", ")));
+    return std::nullopt;
+  }
+
+  /// Judges the runs of one validation call: set k's runs are
+  /// [k * repeats, (k + 1) * repeats), checked against `want[k]` with the
+  /// terms allowance `terms[k]` (null: none). All runs shared one module, so
+  /// a set after the first sees what earlier calls left behind.
+  std::optional<verdict> judge(const task& t, const shape_binding& shape, const std::vector<input_case>& sets,
+                               const std::vector<decoded_run>& runs, int repeats,
+                               const std::vector<std::shared_ptr<const output_set>>& want,
+                               const std::vector<std::shared_ptr<const output_set>>& terms) {
     const std::string where = shape_text(shape);
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      const decoded_run& r = runs[i];
-      const std::string nth = runs.size() > 1 ? fmt::format(" (run {} of {})", i + 1, runs.size()) : std::string();
-      if (!r.guards_intact) {
-        const std::string& name = r.guards_broken.front();
-        const bool is_input = std::any_of(t.inputs.begin(), t.inputs.end(), [&](const auto& s) { return s.name == name; });
-        return make(verdict_kind::wrong_result,
-                    fmt::format("wrote outside {} '{}' at {}{}", is_input ? "input" : "output", name, where, nth),
-                    fmt::format("guard zones damaged around: {}", fmt::join(r.guards_broken, ", ")));
-      }
-      if (!r.inputs_intact)
-        return make(verdict_kind::wrong_result,
-                    fmt::format("modified its input '{}' at {}{}", r.inputs_changed.front(), where, nth),
-                    fmt::format("inputs changed: {}", fmt::join(r.inputs_changed, ", ")));
-      for (std::size_t k = 0; k < t.outputs.size(); ++k) {
-        const auto& spec = t.outputs[k];
-        comparison c = compare_outputs_parallel(spec, r.outputs[k], want[k], where, std::thread::hardware_concurrency());
-        if (c.pass) continue;
-        if (i == 0) return make_wrong_result_verdict(c);
-        comparison agree = outputs_agree(spec, runs[0].outputs[k], r.outputs[k], where);
-        verdict v = !agree.pass ? make_unstable_verdict(agree)
-                                : verdict{.kind = verdict_kind::unstable,
-                                          .summary = fmt::format("run {} disagrees with the reference although run 1 "
-                                                                 "agreed: {}",
-                                                                 i + 1, specgen::detail::describe(c)),
-                                          .log = {},
-                                          .mismatch = c.stats};
-        v.summary += nth;
+    const unsigned threads = std::thread::hardware_concurrency();
+    auto terms_of = [&](std::size_t set, std::size_t k) {
+      return terms[set] ? std::span<const std::byte>((*terms[set])[k]) : std::span<const std::byte>();
+    };
+    for (std::size_t set = 0; set < sets.size(); ++set) {
+      const std::string note = fmt::format("case: {}{}", case_text(t, sets[set]),
+                                           set > 0 ? fmt::format(" (call {} in one loaded module)", set + 1) : "");
+      auto noted = [&](verdict v) {
+        v.log = v.log.empty() ? note : v.log + "\n" + note;
         return v;
+      };
+      const std::size_t first = set * static_cast<std::size_t>(repeats);
+      for (std::size_t i = first; i < first + static_cast<std::size_t>(repeats); ++i) {
+        const decoded_run& r = runs[i];
+        const std::string nth =
+            repeats > 1 ? fmt::format(" (run {} of {} on these inputs)", i - first + 1, repeats) : std::string();
+        if (auto bad = memory_verdict(t, r, where, nth)) return noted(std::move(*bad));
+        for (std::size_t k = 0; k < t.outputs.size(); ++k) {
+          const auto& spec = t.outputs[k];
+          comparison c = compare_outputs_parallel(spec, r.outputs[k], (*want[set])[k], where, threads, 8,
+                                                  terms_of(set, k));
+          if (c.pass) continue;
+          if (i == first) {
+            verdict v = make_wrong_result_verdict(c);
+            // A later call that returns an earlier call's answer kept state across calls.
+            for (std::size_t earlier = 0; earlier < set; ++earlier)
+              if (compare_outputs(spec, r.outputs[k], (*want[earlier])[k], where, 0, terms_of(earlier, k)).pass) {
+                v.kind = verdict_kind::wrong_result;
+                v.summary = fmt::format("call {} in one loaded module returned what call {} should have (state kept "
+                                        "across calls, such as a result cached in a __device__ variable): {}",
+                                        set + 1, earlier + 1, v.summary);
+                break;
+              }
+            return noted(std::move(v));
+          }
+          if (c.unwritten == c.stats.total && c.stats.total > 0)
+            return noted(make(verdict_kind::wrong_result,
+                              fmt::format("a later run left output '{}' unwritten although the first wrote it, on "
+                                          "the same inputs in one loaded module (state kept across calls, such as "
+                                          "a 'done' flag in a __device__ variable){}",
+                                          spec.name, nth)));
+          comparison agree = outputs_agree(spec, runs[first].outputs[k], r.outputs[k], where, 8, terms_of(set, k));
+          verdict v = !agree.pass ? make_unstable_verdict(agree)
+                                  : verdict{.kind = verdict_kind::unstable,
+                                            .summary = fmt::format("a later run disagrees with the reference "
+                                                                   "although the first on these inputs agreed: {}",
+                                                                   specgen::detail::describe(c)),
+                                            .log = {},
+                                            .mismatch = c.stats};
+          v.summary += nth;
+          return noted(std::move(v));
+        }
       }
     }
     return std::nullopt;
@@ -408,25 +473,74 @@ struct device_session::state {
     count(&session_stats::validations);
     const json task_json = to_json(t);
     const std::uint64_t hash = fnv1a(task_json.dump());
-    for (const auto& shape : t.validation_shapes) {
+    const int repeats = std::max(config.validation.repeats, 1);
+    for (std::size_t si = 0; si < t.validation_shapes.size(); ++si) {
+      const shape_binding& shape = t.validation_shapes[si];
       auto sizes = output_sizes(t, shape);
       if (!sizes) return sizes.error();
-      for (const auto& vc : config.validation.cases) {
-        auto want = reference(t, task_json, hash, shape, vc.seed, vc.floats);
-        if (!want) return want.error();
-        const std::string what = fmt::format("running the candidate at {} (seed {}, {})", shape_text(shape), vc.seed,
-                                             distribution_text(vc.floats));
-        auto ans = run_plan(t, task_json, shape, vc.seed, vc.floats, c.plan, *co.binary,
-                            std::max(config.validation.repeats, 1), *sizes, what);
-        if (!ans) return ans.error();
-        if (auto bad = judge(t, shape, ans->runs, **want)) {
-          const std::string note = fmt::format("case: seed {}, {}", vc.seed, distribution_text(vc.floats));
-          bad->log = bad->log.empty() ? note : bad->log + "\n" + note;
-          return *bad;
-        }
+      std::vector<input_case> cases;
+      for (const auto& vc : config.validation.cases)
+        if (case_applies(t, vc)) cases.push_back(make_case(t, si, vc));
+      // One call in one loaded module for every case, or (same_module off) one call per case.
+      std::vector<std::vector<input_case>> calls;
+      if (config.validation.same_module) calls.push_back(cases);
+      else
+        for (const auto& ic : cases) calls.push_back({ic});
+      for (const auto& sets : calls) {
+        if (sets.empty()) continue;
+        if (auto bad = validate_call(t, c, co, task_json, hash, shape, sets, repeats, *sizes)) return *bad;
       }
     }
     return make(verdict_kind::ok, {});
+  }
+
+  /// One validation call at `shape`: the candidate on every input set of
+  /// `sets`, `repeats` times each; what is wrong, or nothing.
+  std::optional<verdict> validate_call(const task& t, const candidate& c, const compile_outcome& co,
+                                       const json& task_json, std::uint64_t hash, const shape_binding& shape,
+                                       const std::vector<input_case>& sets, int repeats,
+                                       const std::vector<std::size_t>& sizes) {
+    // Every reference first: a reference run on a cache miss is a worker
+    // call, which would overwrite the candidate's outputs read in place.
+    std::vector<std::shared_ptr<const output_set>> want, terms(sets.size());
+    for (const auto& ic : sets) {
+      auto w = reference(t, task_json, hash, shape, ic);
+      if (!w) return w.error();
+      want.push_back(*w);
+    }
+    const std::string what =
+        sets.size() > 1 ? fmt::format("running the candidate at {} ({} input sets in one loaded module)", shape_text(shape), sets.size())
+                        : fmt::format("running the candidate at {} ({})", shape_text(shape), case_text(t, sets.front()));
+    auto ans = run_plan(t, task_json, shape, sets, c.plan, *co.binary, repeats, true, sizes, what);
+    if (!ans) return ans.error();
+    auto bad = judge(t, shape, sets, ans->runs, repeats, want, terms);
+    if (!bad) return std::nullopt;
+    if (!is_wrong_output(bad->kind) || bad->kind == verdict_kind::input_mutation ||
+        bad->kind == verdict_kind::out_of_bounds_write)
+      return bad;
+    // Out of the abs/rel tolerance: judge again with the terms allowance, on
+    // copies (computing it may call the worker, whose reply region holds the outputs).
+    std::vector<std::string> notes;
+    bool any_terms = false;
+    std::vector<std::vector<std::vector<std::byte>>> copies;  // kept alive while `owned` points into them
+    std::vector<decoded_run> owned = ans->runs;
+    copies.reserve(owned.size());
+    for (auto& r : owned) {
+      copies.emplace_back();
+      copies.back().reserve(r.outputs.size());
+      for (auto& o : r.outputs) {
+        copies.back().emplace_back(o.begin(), o.end());
+        o = copies.back().back();
+      }
+    }
+    ans->resp.reset();
+    for (std::size_t k = 0; k < sets.size(); ++k) {
+      terms[k] = terms_for(t, task_json, hash, shape, sets[k], notes);
+      any_terms = any_terms || terms[k];
+    }
+    if (any_terms) bad = judge(t, shape, sets, owned, repeats, want, terms);
+    if (bad && !notes.empty()) bad->log += "\n" + notes.front();
+    return bad;
   }
 
   evaluation profile(const task& t, const candidate& c) {
@@ -484,7 +598,9 @@ struct device_session::state {
     // The recheck's reference, before the profile call: the outputs of that
     // call are read in place in the worker's bulk region, which the next
     // request (a reference run, on a cache miss) would overwrite.
-    auto want = reference(t, task_json, fnv1a(task_json.dump()), shape, pc.recheck_seed, std::nullopt);
+    const std::uint64_t hash = fnv1a(task_json.dump());
+    const input_case recheck_inputs = own_case(t, pc.recheck_seed);
+    auto want = reference(t, task_json, hash, shape, recheck_inputs);
     if (!want) return finish(want.error());
     json args{{"task", task_json},
               {"shape", shape},
@@ -535,21 +651,30 @@ struct device_session::state {
     const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>(payload.data()), payload.size());
     auto recheck = decode_run(r.value("recheck", json()), bin, t, *sizes);
     if (!recheck) return finish(nonsense(what, "recheck: " + recheck.error()));
-    if (!recheck->guards_intact)
-      return finish(make(verdict_kind::wrong_result,
-                         fmt::format("wrote outside '{}' at {} in the last timed run", recheck->guards_broken.front(), where)));
-    if (!recheck->inputs_intact)
-      return finish(make(verdict_kind::wrong_result, fmt::format("modified its input '{}' at {} in the last timed run",
-                                                                 recheck->inputs_changed.front(), where)));
+    if (auto bad = memory_verdict(t, *recheck, where, " in the last timed run")) return finish(std::move(*bad));
+    std::vector<std::vector<std::byte>> copies;  // the recheck's outputs, once the terms reference needs the worker
+    std::shared_ptr<const output_set> terms;
     for (std::size_t k = 0; k < t.outputs.size(); ++k) {
-      comparison cmp = compare_outputs_parallel(t.outputs[k], recheck->outputs[k], (**want)[k], where,
-                                                std::thread::hardware_concurrency());
+      auto compare = [&] {
+        return compare_outputs_parallel(t.outputs[k], recheck->outputs[k], (**want)[k], where,
+                                        std::thread::hardware_concurrency(), 8,
+                                        terms ? std::span<const std::byte>((*terms)[k]) : std::span<const std::byte>());
+      };
+      comparison cmp = compare();
+      if (!cmp.pass && !terms && copies.empty()) {
+        copies.reserve(recheck->outputs.size());
+        for (auto& o : recheck->outputs) {
+          copies.emplace_back(o.begin(), o.end());
+          o = copies.back();
+        }
+        terms = terms_for(t, task_json, hash, shape, recheck_inputs, notes);
+        if (terms) cmp = compare();
+      }
       if (cmp.pass) continue;
-      verdict v = make(verdict_kind::wrong_result,
-                       "the last timed run, on fresh inputs, disagrees with the reference (work skipped or cached "
-                       "across calls): " + specgen::detail::describe(cmp),
-                       fmt::format("recheck seed {}", pc.recheck_seed));
-      v.mismatch = cmp.stats;
+      verdict v = make_wrong_result_verdict(cmp);
+      v.summary = "the last timed run, on fresh inputs, disagrees with the reference (work skipped or cached across "
+                  "calls): " + v.summary;
+      v.log = fmt::format("recheck seed {}", pc.recheck_seed);
       return finish(std::move(v));
     }
 

@@ -30,7 +30,9 @@ namespace gpu::detail {
   /* the GPU KV store (src/gpu/kv): memory of its own, streams, peer and IPC transfers */                      \
   X(cuCtxGetCurrent) X(cuMemGetInfo) X(cuMemHostAlloc) X(cuStreamSynchronize) X(cuStreamWaitEvent)              \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyPeerAsync) X(cuDeviceCanAccessPeer)                       \
-  X(cuCtxEnablePeerAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)
+  X(cuCtxEnablePeerAccess) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle)                \
+  /* the shared-memory poison kernel (smem_poison.hpp): loaded from PTX with its JIT log */                    \
+  X(cuModuleLoadDataEx) X(cuFuncGetAttribute)
 
 struct driver_api {
 #define SPECGEN_CUDA_MEMBER(fn) decltype(&::fn) fn = nullptr;

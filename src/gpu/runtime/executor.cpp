@@ -76,6 +76,7 @@ gpu_context::~gpu_context() {
   }
   state_->blas.reset();
   const auto& api = *state_->api;
+  if (state_->poison) api.cuModuleUnload(state_->poison->module);
   if (state_->staging_data) api.cuMemFreeHost(state_->staging_data);
   if (state_->gate_flag) api.cuMemFreeHost(state_->gate_flag);
   if (state_->stop) api.cuEventDestroy(state_->stop);
@@ -250,6 +251,51 @@ expected<std::span<std::byte>, runtime_error> context_state::staging(std::size_t
   return std::span<std::byte>(static_cast<std::byte*>(staging_data), bytes);
 }
 
+expected<const smem_poison_kernel*, runtime_error> context_state::smem_poisoner() {
+  if (poison) return &*poison;
+  if (auto u = require_usable(); !u) return unexpected(u.error());
+  using k = runtime_error::kind;
+  const auto geometry = smem_poison_geometry_for(info.limits.max_dynamic_smem_bytes, info.multiprocessors,
+                                                 info.limits.max_threads_per_block);
+  if (geometry.blocks == 0)
+    return unexpected(runtime_error{
+        k::internal,
+        fmt::format("cannot poison shared memory on {}: the device reports {} bytes of opt-in shared memory per "
+                    "block and {} multiprocessors",
+                    info.name, info.limits.max_dynamic_smem_bytes, info.multiprocessors),
+        {}});
+  // The JIT's own words, for a driver that refuses the PTX.
+  char log[4096] = {};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log, reinterpret_cast<void*>(static_cast<std::uintptr_t>(sizeof log))};
+  CUmodule m = nullptr;
+  if (CUresult r = api->cuModuleLoadDataEx(&m, smem_poison_ptx().data(), 2, options, values); r != CUDA_SUCCESS) {
+    log[sizeof log - 1] = '\0';
+    return unexpected(check(r, k::internal,
+                            fmt::format("JIT-compiling the shared-memory poison kernel (PTX ISA 7.0) for {} ({}){}{}",
+                                        info.name, info.arch, *log ? ": " : "", log))
+                          .error());
+  }
+  smem_poison_kernel loaded{.module = m, .geometry = geometry};
+  auto fail = [&](CUresult r, std::string what) {
+    auto e = check(r, k::internal, fmt::format("{} of the shared-memory poison kernel", what)).error();
+    if (usable) api->cuModuleUnload(m);
+    return unexpected(std::move(e));
+  };
+  if (CUresult r = api->cuModuleGetFunction(&loaded.function, m, smem_poison_entry); r != CUDA_SUCCESS)
+    return fail(r, "looking up the entry point");
+  if (CUresult r = api->cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           static_cast<int>(geometry.bytes));
+      r != CUDA_SUCCESS)
+    return fail(r, fmt::format("allowing {} bytes of dynamic shared memory", geometry.bytes));
+  if (CUresult r = api->cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                           CU_SHAREDMEM_CARVEOUT_MAX_SHARED);
+      r != CUDA_SUCCESS)
+    return fail(r, "setting the shared memory carveout");
+  poison = loaded;
+  return &*poison;
+}
+
 expected<void, runtime_error> context_state::memset_async(std::uint64_t at, std::uint8_t value, std::size_t bytes) {
   if (auto u = require_usable(); !u) return u;
   if (bytes == 0) return {};
@@ -307,9 +353,46 @@ expected<std::vector<CUfunction>, runtime_error> prepared_plan::resolve_function
                                        l.kernel, l.smem_bytes));
           !r)
         return unexpected(r.error());
+    if (smem_poison_)
+      if (auto r = s.check(api.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                                   CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
+                           k::internal,
+                           fmt::format("line {}: setting the shared memory carveout of kernel '{}' for the poison",
+                                       l.line, l.kernel));
+          !r)
+        return unexpected(r.error());
     out.push_back(f);
   }
   return out;
+}
+
+expected<void, runtime_error> prepared_plan::set_carveout(int carveout) const {
+  auto& s = *state_;
+  for (std::size_t i = 0; i < functions_.size(); ++i)
+    if (auto r = s.check(s.api->cuFuncSetAttribute(functions_[i], CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                                    carveout),
+                         runtime_error::kind::internal,
+                         fmt::format("line {}: setting the preferred shared memory carveout of kernel '{}' to {}",
+                                     launches_[i].line, launches_[i].kernel, carveout));
+        !r)
+      return r;
+  return {};
+}
+
+expected<void, runtime_error> prepared_plan::poison_shared_memory(std::optional<std::uint32_t> pattern) {
+  auto& s = *state_;
+  if (auto u = s.require_usable(); !u) return u;
+  if (!pattern) {
+    // Off even if a kernel keeps the carveout: the poison launches stop.
+    const bool was = smem_poison_.has_value();
+    smem_poison_.reset();
+    return was ? set_carveout(CU_SHAREDMEM_CARVEOUT_DEFAULT) : expected<void, runtime_error>{};
+  }
+  if (auto k = s.smem_poisoner(); !k) return unexpected(k.error());
+  if (!smem_poison_)
+    if (auto c = set_carveout(CU_SHAREDMEM_CARVEOUT_MAX_SHARED); !c) return c;
+  smem_poison_ = pattern;
+  return {};
 }
 
 expected<prepared_plan, runtime_error> prepared_plan::prepare(
@@ -372,10 +455,12 @@ prepared_plan::prepared_plan(prepared_plan&& o) noexcept
       params_(std::move(o.params_)),
       cubin_(std::move(o.cubin_)),
       own_(std::exchange(o.own_, nullptr)),
-      used_(o.used_) {}
+      used_(o.used_),
+      smem_poison_(std::exchange(o.smem_poison_, std::nullopt)) {}
 
 prepared_plan& prepared_plan::operator=(prepared_plan&& o) noexcept {
   if (this != &o) {
+    restore_carveout();
     unload_own();
     state_ = o.state_;
     launches_ = std::move(o.launches_);
@@ -388,11 +473,25 @@ prepared_plan& prepared_plan::operator=(prepared_plan&& o) noexcept {
     cubin_ = std::move(o.cubin_);
     own_ = std::exchange(o.own_, nullptr);
     used_ = o.used_;
+    smem_poison_ = std::exchange(o.smem_poison_, std::nullopt);
   }
   return *this;
 }
 
-prepared_plan::~prepared_plan() { unload_own(); }
+prepared_plan::~prepared_plan() {
+  restore_carveout();
+  unload_own();
+}
+
+void prepared_plan::restore_carveout() noexcept {
+  // The kernels may belong to a module other plans launch from later: they
+  // must not keep the poison's carveout. Best effort, as in any destructor.
+  if (smem_poison_ && state_ && state_->usable)
+    for (CUfunction f : functions_)
+      state_->api->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                      CU_SHAREDMEM_CARVEOUT_DEFAULT);
+  smem_poison_.reset();
+}
 
 void prepared_plan::unload_own() noexcept {
   // After a fault or a timeout nothing is released (a hung kernel may use it).
@@ -434,6 +533,12 @@ expected<void, runtime_error> prepared_plan::reset_scratch_async() {
 expected<void, runtime_error> prepared_plan::enqueue() {
   auto& s = *state_;
   if (auto u = s.require_usable(); !u) return u;
+  const smem_poison_kernel* poison = nullptr;
+  if (smem_poison_) {
+    auto k = s.smem_poisoner();  // loaded when the poison was set: this only looks
+    if (!k) return unexpected(k.error());
+    poison = *k;
+  }
   used_ = true;  // even a refused launch may follow launches that ran
   std::size_t next_call = 0;
   auto calls_before = [&](std::size_t launch) -> expected<void, runtime_error> {
@@ -445,6 +550,12 @@ expected<void, runtime_error> prepared_plan::enqueue() {
     if (auto c = calls_before(i); !c) return c;
     if (i == functions_.size()) break;
     const auto& l = launches_[i];
+    if (poison)
+      if (CUresult r = launch_smem_poison(*s.api, *poison, *smem_poison_, s.stream); r != CUDA_SUCCESS)
+        return s.check(r, runtime_error::kind::internal,
+                       fmt::format("line {}: launching the shared-memory poison kernel ({} blocks of {} bytes) "
+                                   "before '{}'",
+                                   l.line, poison->geometry.blocks, poison->geometry.bytes, l.kernel));
     CUresult r = s.api->cuLaunchKernel(functions_[i], l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
                                        l.block[2], l.smem_bytes, s.stream, params_[i].data(), nullptr);
     if (r != CUDA_SUCCESS)

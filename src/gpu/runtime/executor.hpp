@@ -5,6 +5,7 @@
 #include "cublas.hpp"
 #include "driver.hpp"
 #include "marshal.hpp"
+#include "smem_poison.hpp"
 
 #include <specgen/clock.hpp>
 #include <specgen/gpu/runtime.hpp>
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -34,6 +36,7 @@ struct context_state {
   std::uint32_t* gate_flag = nullptr;      // page-locked word the launch gate waits on; null: no gate
   CUdeviceptr gate_device = 0;             // its device address
   std::uint32_t gate_value = 0;            // the value the last hold waits for
+  std::optional<smem_poison_kernel> poison{};  // loaded by the first plan that poisons shared memory
 
   /// CUDA_SUCCESS, or the error as a value (marking the context unusable when sticky).
   expected<void, runtime_error> check(CUresult r, runtime_error::kind k, std::string_view what) {
@@ -60,6 +63,12 @@ struct context_state {
    */
   bool hold();
   void release() noexcept;
+
+  /// The shared-memory poison kernel (smem_poison.hpp), JIT-compiled and
+  /// loaded into the context at the first call and kept until the context
+  /// goes. A driver that cannot compile or load it is an `internal` error
+  /// whose message carries the JIT's log.
+  expected<const smem_poison_kernel*, runtime_error> smem_poisoner();
 
   /// `bytes` of `value` at `at`, queued on the context's stream.
   expected<void, runtime_error> memset_async(std::uint64_t at, std::uint8_t value, std::size_t bytes);
@@ -134,6 +143,40 @@ class prepared_plan {
   [[nodiscard]] bool fresh_module_per_run() const noexcept { return cubin_ != nullptr; }
 
   /**
+   * Poisons shared memory before every launch, or stops doing so
+   * (`std::nullopt`). While a pattern is set, `enqueue` and `timed_run` queue
+   * the poison kernel before each of the plan's launches, on the same stream:
+   * it fills all the shared memory of every SM with `pattern`, so a kernel
+   * that reads shared memory it never wrote reads the pattern rather than
+   * zeros or what the kernel before it left there. Use the three
+   * `smem_poison_patterns` on three runs to catch reductions over
+   * uninitialised values with a sum, a max or a min.
+   *
+   * While it is set, the plan's kernels also prefer the largest shared
+   * memory carveout (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT of
+   * 100, as the poison kernel uses), so the split between L1 and shared
+   * memory does not change between the poison and the kernel; `reload()`
+   * applies it to the kernels it looks up anew. Unsetting it (or destroying
+   * the plan) gives them back the driver's default carveout. The poison
+   * launches run inside a timed run's events: poison checked runs, not the
+   * ones whose time is reported.
+   *
+   * Loads the poison kernel into the context at the first call; a failure to
+   * load it, or to set a carveout, is an `internal` error (the poison is then
+   * not set), as a refused poison launch is in `enqueue` and `timed_run`.
+   * @code
+   *   for (auto pattern : smem_poison_patterns) {
+   *     if (auto r = p->poison_shared_memory(pattern); !r) return unexpected(r.error());
+   *     ... reset, timed_run, compare the outputs ...
+   *   }
+   *   p->poison_shared_memory(std::nullopt);
+   * @endcode
+   */
+  expected<void, runtime_error> poison_shared_memory(std::optional<std::uint32_t> pattern);
+  /// The pattern shared memory is poisoned with before each launch, if any.
+  [[nodiscard]] std::optional<std::uint32_t> shared_memory_poison() const noexcept { return smem_poison_; }
+
+  /**
    * Records the context's start event, queues every launch, records the stop
    * event and waits for it until `until` (`deadline` is only for the
    * message). Returns the event time in ms. What was queued on the stream
@@ -152,8 +195,14 @@ class prepared_plan {
 
  private:
   prepared_plan() = default;
-  /// Looks up every launch's kernel in `m` and allows its dynamic shared memory.
+  /// Looks up every launch's kernel in `m` and allows its dynamic shared
+  /// memory; while shared memory is poisoned, sets its carveout too.
   expected<std::vector<CUfunction>, runtime_error> resolve_functions(CUmodule m) const;
+  /// Sets the preferred shared memory carveout (a CUshared_carveout, or a
+  /// percentage) of every kernel the plan launches.
+  expected<void, runtime_error> set_carveout(int carveout) const;
+  /// While poisoned, gives the kernels back the default carveout and unsets the poison.
+  void restore_carveout() noexcept;
   void unload_own() noexcept;
 
   context_state* state_ = nullptr;
@@ -167,6 +216,7 @@ class prepared_plan {
   std::shared_ptr<const std::vector<std::byte>> cubin_{};  // set: a fresh module per run
   CUmodule own_ = nullptr;  // the plan's own instance of `cubin_`
   bool used_ = false;       // whether `own_` has been launched from since it was loaded
+  std::optional<std::uint32_t> smem_poison_{};  // set: poison shared memory before every launch
 };
 
 }  // namespace gpu::detail

@@ -31,7 +31,8 @@ class kernel_params {
   /// For cuLaunchKernel's `kernelParams`.
   [[nodiscard]] void** data() noexcept { return pointers_.data(); }
   [[nodiscard]] std::size_t size() const noexcept { return pointers_.size(); }
-  /// The bytes of parameter `i` as the kernel sees them (8 for pointers and i64, 4 for i32).
+  /// The bytes of parameter `i` as the kernel sees them: 8 for pointers, else
+  /// the width of its scalar type (1, 2, 4 or 8).
   [[nodiscard]] std::size_t bytes(std::size_t i) const noexcept { return sizes_[i]; }
 
  private:
@@ -42,9 +43,11 @@ class kernel_params {
   std::vector<void*> pointers_;
 };
 
-/// Buffers become their device address (a CUdeviceptr, 8 bytes), sizes an
-/// `int` or `long long` by value, exactly as `resolve` typed them. A buffer
-/// missing from `pointers` is an `invalid_plan` error.
+/// Buffers become their device address (a CUdeviceptr, 8 bytes); every other
+/// argument its scalar type's bytes by value, exactly as `resolve` typed and
+/// converted it: integers in their width (1, 2, 4 or 8 bytes), f32 as a
+/// float, f64 as a double, f16 and bf16 as their 2-byte bit patterns. A
+/// buffer missing from `pointers` is an `invalid_plan` error.
 inline expected<kernel_params, runtime_error> marshal_args(const resolved_launch& launch,
                                                            const std::map<std::string, std::uint64_t>& pointers) {
   kernel_params p;
@@ -62,15 +65,26 @@ inline expected<kernel_params, runtime_error> marshal_args(const resolved_launch
                                         {}});
       std::memcpy(slot, &it->second, sizeof(std::uint64_t));
       p.sizes_.push_back(sizeof(std::uint64_t));
-    } else if (a.type == scalar_type::i32) {
-      // resolve() checked that the value fits.
-      const auto v = static_cast<std::int32_t>(a.value);
-      std::memcpy(slot, &v, sizeof v);
-      p.sizes_.push_back(sizeof v);
     } else {
-      const auto v = static_cast<long long>(a.value);
-      std::memcpy(slot, &v, sizeof v);
-      p.sizes_.push_back(sizeof v);
+      // resolve() checked that integers fit and rounded floats to their type.
+      auto put = [&](auto v) {
+        std::memcpy(slot, &v, sizeof v);
+        p.sizes_.push_back(sizeof v);
+      };
+      switch (a.type) {
+        case scalar_type::i8: put(static_cast<std::int8_t>(a.value)); break;
+        case scalar_type::u8: put(static_cast<std::uint8_t>(a.value)); break;
+        case scalar_type::i16: put(static_cast<std::int16_t>(a.value)); break;
+        case scalar_type::u16: put(static_cast<std::uint16_t>(a.value)); break;
+        case scalar_type::i32: put(static_cast<std::int32_t>(a.value)); break;
+        case scalar_type::u32: put(static_cast<std::uint32_t>(a.value)); break;
+        case scalar_type::i64: put(static_cast<long long>(a.value)); break;
+        case scalar_type::u64: put(static_cast<unsigned long long>(a.value)); break;
+        case scalar_type::f16: put(float_to_half(static_cast<float>(a.real))); break;
+        case scalar_type::bf16: put(float_to_bf16(static_cast<float>(a.real))); break;
+        case scalar_type::f32: put(static_cast<float>(a.real)); break;
+        case scalar_type::f64: put(a.real); break;
+      }
     }
   }
   for (auto& s : p.slots_) p.pointers_.push_back(&s);

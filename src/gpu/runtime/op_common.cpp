@@ -212,9 +212,9 @@ class input_cache {
   }
 
   std::shared_ptr<generated_input> get(const tensor_spec& spec, std::int64_t elements, std::uint64_t seed,
-                                             std::optional<distribution> dist) {
-    std::string key = fmt::format("{}|{}|{}|{}|{}|{}", spec.name, to_string(spec.type), fmt::join(spec.shape, ","),
-                                  elements, seed, to_string(dist.value_or(spec.init)));
+                                       std::optional<distribution> dist, bool absolute) {
+    std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", spec.name, to_string(spec.type), fmt::join(spec.shape, ","),
+                                  elements, seed, to_string(dist.value_or(spec.init)), absolute ? "abs" : "");
     if (auto it = index_.find(key); it != index_.end()) {
       order_.splice(order_.begin(), order_, it->second);
       return it->second->second;
@@ -222,6 +222,7 @@ class input_cache {
     auto made = std::make_shared<generated_input>();
     made->bytes.resize(static_cast<std::size_t>(elements) * size_of(spec.type));
     fill_parallel(spec, elements, seed, dist, made->bytes);
+    if (absolute) make_absolute(made->bytes, spec.type);
     if (made->bytes.size() <= budget_) {
       if (made->bytes.size() >= pin_from_bytes) made->pin();
       order_.emplace_front(key, made);
@@ -264,10 +265,10 @@ input_cache& generated_inputs() {
 }  // namespace
 
 expected<void, failure> io_set::generate_input(std::size_t i, const tensor_spec& spec, std::uint64_t seed,
-                                               std::optional<distribution> dist) {
+                                               std::optional<distribution> dist, bool absolute) {
   auto& in = inputs_.at(i);
   const auto elements = static_cast<std::int64_t>(in.buffer.size() / size_of(spec.type));
-  auto g = generated_inputs().get(spec, elements, seed, dist);
+  auto g = generated_inputs().get(spec, elements, seed, dist, absolute);
   if (auto u = in.buffer.upload(g->bytes); !u) return unexpected(from(u.error()));
   in.uploaded = std::shared_ptr<const std::vector<std::byte>>(g, &g->bytes);
   return {};

@@ -134,9 +134,10 @@ class io_set {
 
   /// Copies `bytes` into input `i` and records their checksum.
   expected<void, failure> upload_input(std::size_t i, std::span<const std::byte> bytes);
-  /// Generates input `i` with `make_input(spec, elements, seed, dist)` and uploads it.
+  /// Generates input `i` with `make_input(spec, elements, seed, dist)` (its
+  /// absolute values with `absolute`, see `make_absolute`) and uploads it.
   expected<void, failure> generate_input(std::size_t i, const tensor_spec& spec, std::uint64_t seed,
-                                         std::optional<distribution> dist);
+                                         std::optional<distribution> dist, bool absolute = false);
   /// Fills every guard zone with the guard pattern.
   expected<void, failure> fill_guards();
   /// Queues the poison of every output on the context's stream.

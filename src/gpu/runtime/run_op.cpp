@@ -21,7 +21,7 @@ using json = nlohmann::json;
 constexpr std::uint64_t max_repeats = 1000;
 
 /// Uploads every task input: sent bytes (`{"name", "offset", "length"}`) or
-/// generated ones (`{"name", "seed", "distribution"?}`).
+/// generated ones (`{"name", "seed", "distribution"?, "abs"?}`).
 expected<void, failure> load_inputs(io_set& io, const task& t, const json& given, std::span<const std::byte> binary) {
   if (!given.is_array()) return unexpected(bad_request("\"inputs\" must be an array"));
   for (std::size_t i = 0; i < t.inputs.size(); ++i) {
@@ -35,12 +35,17 @@ expected<void, failure> load_inputs(io_set& io, const task& t, const json& given
       std::optional<distribution> dist;
       if (it->contains("distribution") && !(*it)["distribution"].is_null()) {
         const json& d = (*it)["distribution"];
-        dist = d.is_string() ? parse_distribution(d.get<std::string>()) : std::nullopt;
+        if (!d.is_string())
+          return unexpected(bad_request(fmt::format("input '{}': \"distribution\" must be a string, got {}", spec.name,
+                                                    d.dump())));
+        dist = parse_distribution(d.get<std::string>());
         if (!dist)
-          return unexpected(bad_request(fmt::format("input '{}': unknown distribution {} (known: {})", spec.name,
-                                                    d.dump(), fmt::join(distribution_names, ", "))));
+          return unexpected(bad_request(fmt::format("input '{}': {}", spec.name, distribution_error(d.get<std::string>()))));
       }
-      if (auto g = io.generate_input(i, spec, *seed, dist); !g) return g;
+      const json absolute = it->value("abs", json(false));
+      if (!absolute.is_boolean())
+        return unexpected(bad_request(fmt::format("input '{}': \"abs\" must be true or false", spec.name)));
+      if (auto g = io.generate_input(i, spec, *seed, dist, absolute.get<bool>()); !g) return g;
       continue;
     }
     auto bytes = read_slice(*it, binary, "input " + spec.name);
@@ -50,10 +55,37 @@ expected<void, failure> load_inputs(io_set& io, const task& t, const json& given
   return {};
 }
 
+/// The input sets of a run request: `"sets": [[inputs...], ...]`, or the
+/// single set `"inputs": [...]`.
+expected<std::vector<json>, failure> input_sets(const json& a) {
+  if (!a.contains("sets")) return std::vector<json>{a.value("inputs", json::array())};
+  const json& sets = a["sets"];
+  if (!sets.is_array() || sets.empty() || sets.size() > max_repeats)
+    return unexpected(bad_request(fmt::format("\"sets\" must be an array of 1 to {} input lists", max_repeats)));
+  if (a.contains("inputs")) return unexpected(bad_request("give \"inputs\" or \"sets\", not both"));
+  return std::vector<json>(sets.begin(), sets.end());
+}
+
+/// `"smem_poison": [word, ...]`: the 32-bit patterns shared memory is filled
+/// with before each run's launches, in turn (run k gets word k mod n).
+expected<std::vector<std::uint32_t>, failure> smem_patterns(const json& a) {
+  std::vector<std::uint32_t> out;
+  if (!a.contains("smem_poison") || a["smem_poison"].is_null()) return out;
+  const json& p = a["smem_poison"];
+  if (!p.is_array() || p.empty())
+    return unexpected(bad_request("\"smem_poison\" must be a non-empty array of 32-bit words"));
+  for (const auto& w : p) {
+    if (!w.is_number_unsigned() || w.get<std::uint64_t>() > 0xFFFFFFFFull)
+      return unexpected(bad_request("\"smem_poison\" must be a non-empty array of 32-bit words"));
+    out.push_back(static_cast<std::uint32_t>(w.get<std::uint64_t>()));
+  }
+  return out;
+}
+
 expected<json, failure> run(worker_state& w, const request& r, reply_binary& out_binary) {
   const json& a = r.args;
   if (!a.is_object() || !a.contains("task") || !a.contains("plan") || !a["plan"].is_string() || !a.contains("shape"))
-    return unexpected(bad_request("run needs args {task, plan, shape, cubin or module_key, inputs}"));
+    return unexpected(bad_request("run needs args {task, plan, shape, cubin or module_key, inputs or sets}"));
   auto t = read_task(a["task"]);
   if (!t) return unexpected(t.error());
   auto shape = read_shape(a["shape"]);
@@ -72,6 +104,15 @@ expected<json, failure> run(worker_state& w, const request& r, reply_binary& out
   if (!repeats) return unexpected(repeats.error());
   if (*repeats < 1 || *repeats > max_repeats)
     return unexpected(bad_request(fmt::format("\"repeats\" must be between 1 and {}", max_repeats)));
+  auto sets = input_sets(a);
+  if (!sets) return unexpected(sets.error());
+  if (sets->size() * *repeats > max_repeats)
+    return unexpected(bad_request(fmt::format("{} sets x {} repeats exceed {} runs", sets->size(), *repeats, max_repeats)));
+  auto patterns = smem_patterns(a);
+  if (!patterns) return unexpected(patterns.error());
+  const json same = a.value("same_module", json(false));
+  if (!same.is_boolean()) return unexpected(bad_request("\"same_module\" must be true or false"));
+  const bool same_module = same.get<bool>();
   const std::vector<std::string> wanted = a.value("outputs", std::vector<std::string>{});
   const auto binary = binary_of(r);
   if (!a.contains("cubin") && !a.contains("module_key"))
@@ -88,46 +129,54 @@ expected<json, failure> run(worker_state& w, const request& r, reply_binary& out
 
   auto io = io_set::allocate(**ctx, *t, *shape, guard, guard_pattern, poison);
   if (!io) return unexpected(io.error());
-  if (auto l = load_inputs(*io, *t, a.value("inputs", json::array()), binary); !l) return unexpected(l.error());
-  // The poison sources and inputs went through the legacy stream; the poison
-  // copies are queued on the context's own.
-  if (auto s = io->settle(); !s) return unexpected(s.error());
   const auto pointers = io->pointers();
-  // Prepared once for every repeat: scratch is reset and, for a cubin with
-  // writable globals, the module reloaded before each run.
+  // Prepared once for every run: scratch is reset before each and, for a
+  // cubin with writable globals, the module is a fresh instance at the first
+  // run and, unless `same_module`, before every later one too.
   auto prepared = prepared_plan::prepare(**ctx, *resolved, (*mod)->mod, pointers, (*mod)->fresh_cubin);
   if (!prepared) return unexpected(from(prepared.error()));
   auto& state = context_access::state(**ctx);
 
   json runs = json::array();
-  for (std::uint64_t i = 0; i < *repeats; ++i) {
-    // Guards are filled again before every run, so each run reports its own
-    // writes out of bounds; inputs are compared with what was uploaded first.
-    if (auto g = io->fill_guards(); !g) return unexpected(g.error());
-    if (auto l = prepared->reload(); !l) return unexpected(from(l.error()));
-    if (auto p = io->poison_outputs_async(); !p) return unexpected(p.error());
-    if (auto z = prepared->reset_scratch_async(); !z) return unexpected(from(z.error()));
-    // The guard fills went through the legacy stream, which the context's
-    // non-blocking stream does not wait for.
-    if (auto r = state.check(state.api->cuCtxSynchronize(), runtime_error::kind::internal,
-                             "cuCtxSynchronize before the plan");
-        !r)
-      return unexpected(from(r.error()));
-    auto ran = prepared->timed_run(std::chrono::steady_clock::now() + *deadline, *deadline);
-    if (!ran) return unexpected(from(ran.error()));
-    auto checked = io->check();
-    if (!checked) return unexpected(checked.error());
-    auto listed = io->append_outputs(wanted, out_binary);
-    if (!listed) return unexpected(listed.error());
-    json entry = {{"elapsed_ms", *ran}};
-    put_check(entry, *checked);
-    entry["outputs"] = std::move(*listed);
-    runs.push_back(std::move(entry));
+  std::size_t run_index = 0;
+  for (const json& inputs : *sets) {
+    if (auto l = load_inputs(*io, *t, inputs, binary); !l) return unexpected(l.error());
+    // The inputs went through the legacy stream; the poison copies are queued on the context's own.
+    if (auto s = io->settle(); !s) return unexpected(s.error());
+    for (std::uint64_t i = 0; i < *repeats; ++i, ++run_index) {
+      // Guards are filled again before every run, so each run reports its own
+      // writes out of bounds; inputs are compared with what was uploaded last.
+      if (auto g = io->fill_guards(); !g) return unexpected(g.error());
+      if (!same_module || run_index == 0)
+        if (auto l = prepared->reload(); !l) return unexpected(from(l.error()));
+      if (!patterns->empty())
+        if (auto p = prepared->poison_shared_memory((*patterns)[run_index % patterns->size()]); !p)
+          return unexpected(from(p.error()));
+      if (auto p = io->poison_outputs_async(); !p) return unexpected(p.error());
+      if (auto z = prepared->reset_scratch_async(); !z) return unexpected(from(z.error()));
+      // The guard fills went through the legacy stream, which the context's
+      // non-blocking stream does not wait for.
+      if (auto c = state.check(state.api->cuCtxSynchronize(), runtime_error::kind::internal,
+                               "cuCtxSynchronize before the plan");
+          !c)
+        return unexpected(from(c.error()));
+      auto ran = prepared->timed_run(std::chrono::steady_clock::now() + *deadline, *deadline);
+      if (!ran) return unexpected(from(ran.error()));
+      auto checked = io->check();
+      if (!checked) return unexpected(checked.error());
+      auto listed = io->append_outputs(wanted, out_binary);
+      if (!listed) return unexpected(listed.error());
+      json entry = {{"elapsed_ms", *ran}};
+      put_check(entry, *checked);
+      entry["outputs"] = std::move(*listed);
+      runs.push_back(std::move(entry));
+    }
   }
   json result = runs[0];  // the first run's fields, as before repeats existed
   result["ok"] = true;
   result["runs"] = std::move(runs);
-  result["fresh_module_per_run"] = prepared->fresh_module_per_run();
+  result["fresh_module_per_run"] = prepared->fresh_module_per_run() && !same_module;
+  result["same_module"] = same_module;
   result["device"] = device_json(**ctx);
   return result;
 }

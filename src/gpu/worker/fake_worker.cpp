@@ -17,9 +17,13 @@
 // with make_input exactly as the real worker does. The kernel name's prefix
 // up to the first '_' picks the behaviour:
 //   good (or any other)  correct outputs; profile: 100 us samples, the baseline 200 us
-//   slow                 correct, after sleeping 300 ms
+//   slow                 correct, after sleeping 1.5 s per request
 //   wrong                element 0 of every output off by 1 in every run
-//   racy                 run 1 correct, later runs off by 100 at element 0
+//   racy                 run 1 of each input set correct, its later runs off by 100 at element 0
+//   rounded              element 0 off by 2^-22 of the sum of its inputs' magnitudes (fp32 rounding)
+//   nan                  element 0 of every output NaN
+//   stale                with "same_module": every input set gets the first set's outputs
+//                        (a kernel that caches its first result in a __device__ variable)
 //   unwritten            outputs left holding the poison pattern
 //   oob                  the guards of the first output broken
 //   clobber              the first input changed
@@ -43,7 +47,9 @@
 #include <specgen/task_io.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <set>
 #include <thread>
@@ -106,6 +112,7 @@ std::vector<std::vector<std::byte>> make_inputs(const task& t, const shape_bindi
       std::optional<distribution> d;
       if (g->contains("distribution")) d = parse_distribution(g->at("distribution").get<std::string>());
       out.push_back(make_input(spec, *n, g->at("seed").get<std::uint64_t>(), d));
+      if (g->value("abs", false)) make_absolute(out.back(), spec.type);
     } else {
       const auto off = g->at("offset").get<std::size_t>(), len = g->at("length").get<std::size_t>();
       if (off > binary.size() || len > binary.size() - off) throw failure{failed("invalid_request", "input outside")};
@@ -181,7 +188,7 @@ std::optional<wd::handled> misbehave(const std::string& how) {
     std::abort();
   }
   if (how == "garbage") write_garbage();
-  if (how == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  if (how == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   auto fail = [](json r, bool exit_after = false) {
     return wd::handled{{.ok = true, .result = std::move(r), .error = {}, .binary = {}}, exit_after};
   };
@@ -216,11 +223,37 @@ wd::handled run_op(const request& r) {
     if (!t) return reply(failed("invalid_request", t.error().what()));
     const auto shape = a.at("shape").get<shape_binding>();
     const int repeats = a.value("repeats", 1);
-    auto inputs = make_inputs(*t, shape, a.value("inputs", json::array()), r.binary, std::nullopt);
-    const auto outs = sum_outputs(*t, shape, inputs);
+    const json sets = a.contains("sets") ? a["sets"] : json::array({a.value("inputs", json::array())});
     std::string binary;
     json runs = json::array();
-    for (int i = 0; i < repeats; ++i) runs.push_back(run_entry(*t, how, i, outs, binary));
+    std::vector<std::vector<std::byte>> first_outs;
+    for (const auto& given : sets) {
+      auto inputs = make_inputs(*t, shape, given, r.binary, std::nullopt);
+      auto outs = sum_outputs(*t, shape, inputs);
+      if (how == "rounded")  // element 0 off by 2^-22 of the magnitude of its terms: fp32 rounding, not a bug
+        for (auto& o : outs) {
+          float mag = 0, v = 0;
+          for (const auto& in : inputs) {
+            float x;
+            std::memcpy(&x, in.data(), 4);
+            mag += std::fabs(x);
+          }
+          std::memcpy(&v, o.data(), 4);
+          v += std::ldexp(mag, -22);
+          std::memcpy(o.data(), &v, 4);
+        }
+      if (how == "nan")
+        for (auto& o : outs) {
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          std::memcpy(o.data(), &nan, 4);
+        }
+      // "stale": a kernel that caches its first call's result in the loaded module.
+      if (how == "stale" && a.value("same_module", false)) {
+        if (first_outs.empty()) first_outs = outs;
+        else outs = first_outs;
+      }
+      for (int i = 0; i < repeats; ++i) runs.push_back(run_entry(*t, how, i, outs, binary));
+    }
     json result = runs.front();
     result["ok"] = true;
     result["runs"] = runs;

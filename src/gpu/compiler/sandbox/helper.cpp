@@ -51,7 +51,10 @@ constexpr auto cancel_grace = std::chrono::seconds(3);
 
 /// The whole environment of a helper: nothing of the caller's (an API key in
 /// the environment must not be one `#include "/proc/self/environ"` away, even
-/// where the sandbox would stop that read).
+/// where the sandbox would stop that read). CUDA_CACHE_DISABLE=1 switches
+/// NVRTC's own compile cache off from the helper's first instruction on: a
+/// compile answered from that cache has no ptxas report in its log
+/// (nvrtc_loader.cpp says more).
 char* helper_environment[] = {const_cast<char*>("CUDA_CACHE_DISABLE=1"), const_cast<char*>("LC_ALL=C"), nullptr};
 
 }  // namespace

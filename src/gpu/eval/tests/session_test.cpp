@@ -67,7 +67,7 @@ TEST_CASE("a later run disagreeing with the first is unstable") {
   auto s = open_session();
   verdict v = s->validate(sum_task(), make_candidate("racy_add"));
   CHECK(v.kind == verdict_kind::unstable);
-  CHECK(contains(v.summary, "run 2 of 2"));
+  CHECK(contains(v.summary, "run 2 of 2 on these inputs"));
   CHECK(v.mismatch);
 }
 
@@ -78,14 +78,80 @@ TEST_CASE("outputs never written fail as degenerate") {
   CHECK(contains(v.summary, "never written"));
 }
 
-TEST_CASE("broken guards and changed inputs are wrong_result") {
+TEST_CASE("broken guards and changed inputs have verdicts of their own") {
   auto s = open_session();
   verdict oob = s->validate(sum_task(), make_candidate("oob_add"));
-  CHECK(oob.kind == verdict_kind::wrong_result);
+  CHECK(oob.kind == verdict_kind::out_of_bounds_write);
   CHECK(contains(oob.summary, "wrote outside output 'c' at N=1"));
   verdict clobber = s->validate(sum_task(), make_candidate("clobber_add"));
-  CHECK(clobber.kind == verdict_kind::wrong_result);
+  CHECK(clobber.kind == verdict_kind::input_mutation);
   CHECK(contains(clobber.summary, "modified its input 'a' at N=1"));
+  verdict nan = s->validate(sum_task(), make_candidate("nan_add"));
+  CHECK(nan.kind == verdict_kind::nonfinite_output);
+  CHECK(contains(nan.summary, "1 element is NaN or inf where the reference is finite"));
+}
+
+TEST_CASE("every input set of a shape runs in one loaded module, so a kernel that keeps its first result fails") {
+  auto s = open_session();
+  verdict v = s->validate(sum_task(), make_candidate("stale_add"));
+  CHECK(v.kind == verdict_kind::wrong_result);
+  CHECK(contains(v.summary, "call 2 in one loaded module returned what call 1 should have"));
+  CHECK(contains(v.log, "case: seed 2, normal float inputs (call 2 in one loaded module)"));
+  // One reference per case and shape; the candidate's runs take one worker call per shape.
+  CHECK(s->validate(sum_task(), make_candidate("good_add")).kind == verdict_kind::ok);
+}
+
+TEST_CASE("fp32 rounding within the magnitude of the terms passes; beyond abs and rel without terms it fails") {
+  auto s = open_session();
+  task t = sum_task();
+  t.outputs[0].tol = {.abs = 0, .rel = 0, .terms = 16};
+  verdict v = s->validate(t, make_candidate("rounded_add"));
+  INFO(v.summary << "\n" << v.log);
+  CHECK(v.kind == verdict_kind::ok);
+  const auto runs = s->stats().reference_runs;
+  // The reference on absolute inputs was computed for every case of the first shape it needed.
+  CHECK(runs > 2 * 5);
+  t.outputs[0].tol.terms = 2;  // 2^-22 > 2 * 2^-24: out of the allowance
+  verdict tight = s->validate(t, make_candidate("rounded_add"));
+  CHECK(tight.kind == verdict_kind::wrong_result);
+  t.outputs[0].tol.terms = 0;  // the fixed pair alone; `large` no longer applies either
+  verdict fixed = s->validate(t, make_candidate("rounded_add"));
+  CHECK(fixed.kind == verdict_kind::wrong_result);
+}
+
+TEST_CASE("the evaluator's extra distributions apply where the task's tolerances hold for them") {
+  using eval_detail::case_applies;
+  task t = sum_task();
+  const validation_case own{1, std::nullopt}, large{5, distribution::large}, normal{2, distribution::normal};
+  CHECK(case_applies(t, own));
+  CHECK(case_applies(t, large));  // every float output has a terms allowance
+  t.outputs[0].tol.terms = 0;
+  CHECK(case_applies(t, own));
+  CHECK_FALSE(case_applies(t, large));
+  t.distributions = std::vector<distribution>{distribution::normal};
+  CHECK(case_applies(t, normal));
+  CHECK_FALSE(case_applies(t, large));
+  t.distributions = std::vector<distribution>{};
+  CHECK_FALSE(case_applies(t, normal));
+
+  // Stated distributions are kept; named random ones are replaced, floats only.
+  t = sum_task();
+  t.inputs[1].init = *parse_distribution("uniform(2, 3)");
+  t.validation_inits = {{}, {{"a", *parse_distribution("normal(1000, 1)")}}};
+  auto c0 = eval_detail::make_case(t, 0, large);
+  CHECK(to_string(c0.dists[0]) == "large");
+  CHECK(to_string(c0.dists[1]) == "uniform(2, 3)");
+  auto c1 = eval_detail::make_case(t, 1, large);
+  CHECK(to_string(c1.dists[0]) == "normal(1000, 1)");
+  CHECK(eval_detail::case_text(t, c1) == "seed 5, large float inputs, a: normal(1000, 1)");
+  CHECK(eval_detail::reference_key(1, {{"N", 4}}, c0) != eval_detail::reference_key(1, {{"N", 4}}, c1));
+
+  // A session runs only the cases that apply: the reference count says how many.
+  auto s = open_session();
+  task own_only = sum_task();
+  own_only.distributions = std::vector<distribution>{};
+  CHECK(s->validate(own_only, make_candidate("good_add")).kind == verdict_kind::ok);
+  CHECK(s->stats().reference_runs == 2);  // 2 shapes x 1 case
 }
 
 TEST_CASE("faults and timeouts reported by the worker; the next candidate gets a fresh worker") {
@@ -260,7 +326,7 @@ TEST_CASE("the profiler's decisions") {
   REQUIRE(noclock.result.kind == verdict_kind::ok);
   CHECK(noclock.timing->sm_clock_mhz == 0);
 
-  CHECK(profile("oob_add").result.kind == verdict_kind::wrong_result);
+  CHECK(profile("oob_add").result.kind == verdict_kind::out_of_bounds_write);
   CHECK(profile("fault_add").result.kind == verdict_kind::fault);
   CHECK(profile("nonsense_add").result.kind == verdict_kind::fault);
   CHECK(profile("good_add").result.kind == verdict_kind::ok);

@@ -1,6 +1,10 @@
 // Plans on a real GPU, through the real specgen-worker and its supervisor, so
-// that faults and hangs take the path they take in a search. Every test skips
-// (with "no GPU: <reason>") on a machine without a driver, a GPU or NVRTC.
+// that faults and hangs take the path they take in a search; the shared-memory
+// poison through a prepared_plan in this process, the worker's own executor.
+// Every test skips (with "no GPU: <reason>") on a machine without a driver, a
+// GPU or NVRTC.
+#include "executor.hpp"
+
 #include <specgen/gpu/compiler.hpp>
 #include <specgen/gpu/runtime.hpp>
 #include <specgen/gpu/worker_host.hpp>
@@ -8,7 +12,9 @@
 #include <specgen/task_io.hpp>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -571,4 +577,222 @@ TEST_CASE("without a GPU the worker answers run with the driver's reason, not a 
   REQUIRE(echo);
   CHECK(echo->result["x"] == 1);
   CHECK(w.stats().respawns == 0);
+}
+
+// ---- shared memory poison -------------------------------------------------------------
+
+namespace {
+
+namespace rt = specgen::gpu::detail;
+
+constexpr const char* smem_kernels = R"(
+// Copies its block's static shared memory, which it never writes, to `out`.
+extern "C" __global__ void read_static_smem(unsigned* out) {
+  __shared__ unsigned s[12288];  // 48 KiB: the most a kernel may declare
+  const volatile unsigned* v = s;
+  for (int i = threadIdx.x; i < 12288; i += blockDim.x) out[blockIdx.x * 12288 + i] = v[i];
+}
+// The same for all the dynamic shared memory it was given.
+extern "C" __global__ void read_dynamic_smem(unsigned* out, int words) {
+  extern __shared__ unsigned d[];
+  const volatile unsigned* v = d;
+  for (int i = threadIdx.x; i < words; i += blockDim.x) out[(size_t)blockIdx.x * words + i] = v[i];
+}
+// Leaves 0x5EED5EED in its shared memory: what a later kernel must not read.
+extern "C" __global__ void scribble_smem(int words) {
+  extern __shared__ unsigned d[];
+  volatile unsigned* v = d;
+  for (int i = threadIdx.x; i < words; i += blockDim.x) v[i] = 0x5EED5EEDu;
+}
+// Correct: reads only what it wrote.
+extern "C" __global__ void reverse_via_smem(unsigned* out) {
+  __shared__ unsigned s[256];
+  s[threadIdx.x] = blockIdx.x * 256 + threadIdx.x;
+  __syncthreads();
+  out[blockIdx.x * 256 + threadIdx.x] = s[255 - threadIdx.x];
+}
+)";
+
+constexpr std::uint32_t scribble = 0x5EED5EEDu;
+
+resolved_arg out_arg() { return {.is_buffer = true, .buffer = "out", .role = buffer_role::output}; }
+resolved_arg i32_arg(std::int64_t v) { return {.value = v, .type = scalar_type::i32}; }
+
+resolved_launch launch(std::string kernel, std::uint32_t grid, std::uint32_t block, std::uint32_t smem,
+                       std::vector<resolved_arg> args) {
+  return {.kernel = std::move(kernel), .grid = {grid, 1, 1}, .block = {block, 1, 1}, .smem_bytes = smem,
+          .smem_opt_in = smem > 48 * 1024, .args = std::move(args), .line = 1};
+}
+
+/// Everything a poison test needs: a context, the kernels, and a buffer `out`
+/// as large as the largest plan below writes.
+struct smem_fixture {
+  std::unique_ptr<gpu_context> ctx;
+  std::vector<std::byte> cubin;
+  std::optional<module> mod;
+  std::optional<device_buffer> out;
+  std::uint32_t sms = 0;
+  std::uint32_t optin_bytes = 0;  // the device's opt-in dynamic shared memory per block
+
+  smem_fixture() {
+    auto c = gpu_context::create(0);
+    REQUIRE(c.has_value());
+    ctx = std::move(*c);
+    sms = static_cast<std::uint32_t>(ctx->info().multiprocessors);
+    optin_bytes = static_cast<std::uint32_t>(ctx->info().limits.max_dynamic_smem_bytes);
+    compiler nvrtc;
+    auto r = nvrtc.compile(smem_kernels, {.arch = ctx->info().arch});
+    if (!r) FAIL("compile failed: " << r.error().message << "\n" << r.error().log);
+    cubin = (*r)->cubin;
+    auto m = ctx->load_module(cubin);
+    REQUIRE(m.has_value());
+    mod.emplace(std::move(*m));
+    const std::size_t words_per_sm = std::max<std::size_t>(4 * 12288, 2 * optin_bytes / 4);
+    auto b = ctx->allocate(words_per_sm * sms * sizeof(std::uint32_t));
+    REQUIRE(b.has_value());
+    out.emplace(std::move(*b));
+  }
+
+  rt::context_state& state() { return rt::context_access::state(*ctx); }
+
+  expected<rt::prepared_plan, runtime_error> prepare(const resolved_plan& plan, bool fresh_module = false) {
+    return rt::prepared_plan::prepare(
+        *ctx, plan, *mod, {{"out", out->pointer()}},
+        fresh_module ? std::make_shared<const std::vector<std::byte>>(cubin) : nullptr);
+  }
+
+  /// Clears `out`, runs the plan (timed, or queued alone) and returns the
+  /// first `words` words of `out`.
+  std::vector<std::uint32_t> run(rt::prepared_plan& p, std::size_t words, bool timed = true) {
+    REQUIRE(out->fill(std::byte{0}));
+    REQUIRE(state().api->cuCtxSynchronize() == CUDA_SUCCESS);  // the fill went through the legacy stream
+    if (timed) {
+      auto ms = p.timed_run(std::chrono::steady_clock::now() + 10s, seconds(10));
+      INFO((ms ? std::string() : ms.error().message));
+      REQUIRE(ms.has_value());
+    } else {
+      auto q = p.enqueue();
+      INFO((q ? std::string() : q.error().message));
+      REQUIRE(q.has_value());
+      REQUIRE(state().api->cuCtxSynchronize() == CUDA_SUCCESS);
+    }
+    auto bytes = out->download();
+    REQUIRE(bytes.has_value());
+    REQUIRE(words * sizeof(std::uint32_t) <= bytes->size());
+    std::vector<std::uint32_t> out_words(words);
+    std::memcpy(out_words.data(), bytes->data(), words * sizeof(std::uint32_t));
+    return out_words;
+  }
+
+  /// The kernel's preferred shared memory carveout, as the driver reports it.
+  int carveout(const char* kernel) {
+    CUfunction f = nullptr;
+    REQUIRE(state().api->cuModuleGetFunction(&f, rt::context_access::handle(*mod), kernel) == CUDA_SUCCESS);
+    int v = 0;
+    REQUIRE(state().api->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, f) ==
+            CUDA_SUCCESS);
+    return v;
+  }
+};
+
+/// How many of `words` differ from `expected`, and the first that does.
+std::string mismatches(const std::vector<std::uint32_t>& words, std::uint32_t expected) {
+  std::size_t bad = 0, first = words.size();
+  for (std::size_t i = 0; i < words.size(); ++i)
+    if (words[i] != expected && bad++ == 0) first = i;
+  if (bad == 0) return {};
+  return fmt::format("{} of {} words are not {:#010x}; the first is word {}: {:#010x}", bad, words.size(), expected,
+                     first, words[first]);
+}
+
+}  // namespace
+
+TEST_CASE("the poison kernel is sized to fill every SM's shared memory") {
+  // H200: 132 SMs, 227 KiB of opt-in shared memory per block.
+  CHECK(rt::smem_poison_geometry_for(232448, 132, 1024) ==
+        rt::smem_poison_geometry{.blocks = 528, .threads = 1024, .bytes = 232448});
+  CHECK(rt::smem_poison_geometry_for(101376 + 7, 84, 768) ==
+        rt::smem_poison_geometry{.blocks = 336, .threads = 768, .bytes = 101376});
+  CHECK(rt::smem_poison_geometry_for(0, 132, 1024).blocks == 0);
+  CHECK(rt::smem_poison_geometry_for(232448, 0, 1024).blocks == 0);
+  const auto ptx = rt::smem_poison_ptx();
+  CHECK(ptx.starts_with(".version 7.0\n.target sm_52\n"));
+  CHECK(ptx.find(std::string(".entry ") + rt::smem_poison_entry + "(") != std::string_view::npos);
+  CHECK(ptx.data()[ptx.size()] == '\0');  // cuModuleLoadData reads PTX up to its NUL
+  CHECK(rt::smem_poison_patterns ==
+        std::array<std::uint32_t, 3>{rt::smem_poison_ones, rt::smem_poison_high, rt::smem_poison_low});
+}
+
+TEST_CASE("with shared memory poisoned, a kernel reading shared memory it never wrote reads exactly the pattern") {
+  if (!gpu_ready()) return;
+  smem_fixture f;
+  const std::uint32_t optin_words = f.optin_bytes / 4;
+  const std::size_t static_words = std::size_t{4} * f.sms * 12288, dynamic_words = std::size_t{2} * f.sms * optin_words;
+  const auto scribble_all = launch("scribble_smem", 2 * f.sms, 1024, f.optin_bytes, {i32_arg(optin_words)});
+  // Four 48 KiB blocks per SM, so blocks sit at several places in an SM's shared memory.
+  resolved_plan statics{.launches = {scribble_all, launch("read_static_smem", 4 * f.sms, 256, 0, {out_arg()})}};
+  auto p = f.prepare(statics);
+  INFO((p ? std::string() : p.error().message));
+  REQUIRE(p.has_value());
+
+  // Without poison the reader sees the scribble (or anything else): not asserted, only reported.
+  const auto before = f.run(*p, static_words);
+  WARN("without poison: " << mismatches(before, scribble) << " (empty: every word read the scribble)");
+  CHECK(f.carveout("read_static_smem") == CU_SHAREDMEM_CARVEOUT_DEFAULT);
+
+  for (const auto pattern : rt::smem_poison_patterns) {
+    INFO(fmt::format("pattern {:#010x}", pattern));
+    const auto set = p->poison_shared_memory(pattern);
+    INFO((set ? std::string() : set.error().message));
+    REQUIRE(set.has_value());
+    CHECK(p->shared_memory_poison() == pattern);
+    CHECK(f.carveout("read_static_smem") == CU_SHAREDMEM_CARVEOUT_MAX_SHARED);
+    CHECK(mismatches(f.run(*p, static_words), pattern).empty());
+    CHECK(mismatches(f.run(*p, static_words, /*timed=*/false), pattern).empty());
+  }
+  REQUIRE(p->poison_shared_memory(std::nullopt).has_value());
+  CHECK_FALSE(p->shared_memory_poison().has_value());
+  CHECK(f.carveout("read_static_smem") == CU_SHAREDMEM_CARVEOUT_DEFAULT);
+
+  // All the dynamic shared memory a block can have, one block per SM at a time.
+  resolved_plan dynamics{.launches = {scribble_all, launch("read_dynamic_smem", 2 * f.sms, 1024, f.optin_bytes,
+                                                           {out_arg(), i32_arg(optin_words)})}};
+  auto d = f.prepare(dynamics);
+  INFO((d ? std::string() : d.error().message));
+  REQUIRE(d.has_value());
+  for (const auto pattern : rt::smem_poison_patterns) {
+    INFO(fmt::format("dynamic, pattern {:#010x}", pattern));
+    REQUIRE(d->poison_shared_memory(pattern).has_value());
+    CHECK(mismatches(f.run(*d, dynamic_words), pattern).empty());
+  }
+
+  // A plan whose module is loaded afresh for every run keeps the poison across reload().
+  auto fresh = f.prepare(statics, /*fresh_module=*/true);
+  REQUIRE(fresh.has_value());
+  REQUIRE(fresh->poison_shared_memory(rt::smem_poison_high).has_value());
+  for (int run = 0; run < 2; ++run) {
+    INFO("fresh module, run " << run + 1);
+    REQUIRE(fresh->reload().has_value());
+    CHECK(mismatches(f.run(*fresh, static_words), rt::smem_poison_high).empty());
+  }
+}
+
+TEST_CASE("with shared memory poisoned, a kernel that reads only what it wrote is unaffected") {
+  if (!gpu_ready()) return;
+  smem_fixture f;
+  auto prepared = f.prepare({.launches = {launch("reverse_via_smem", 4 * f.sms, 256, 0, {out_arg()})}});
+  REQUIRE(prepared.has_value());
+  std::optional<rt::prepared_plan> p(std::move(*prepared));
+  for (const auto pattern : rt::smem_poison_patterns) {
+    INFO(fmt::format("pattern {:#010x}", pattern));
+    REQUIRE(p->poison_shared_memory(pattern).has_value());
+    const auto words = f.run(*p, std::size_t{4} * f.sms * 256);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < words.size(); ++i)
+      wrong += words[i] != static_cast<std::uint32_t>(i / 256 * 256 + 255 - i % 256);
+    CHECK(wrong == 0);
+  }
+  // Destroying a poisoned plan gives its kernels the default carveout back.
+  p.reset();
+  CHECK(f.carveout("reverse_via_smem") == CU_SHAREDMEM_CARVEOUT_DEFAULT);
 }

@@ -145,6 +145,60 @@ TEST_CASE("a buffer the caller did not provide is an invalid_plan error naming i
   CHECK_THAT(p.error().message, Catch::Contains("argument 1") && Catch::Contains("'y'"));
 }
 
+TEST_CASE("every scalar type is passed in its own width: integers exactly, floats as IEEE bits") {
+  auto t = two_buffer_task();
+  t.scalars = {{.name = "k", .type = scalar_type::i8, .value = -3},
+               {.name = "tag", .type = scalar_type::u8, .value = 255},
+               {.name = "s", .type = scalar_type::i16, .value = -32768},
+               {.name = "us", .type = scalar_type::u16, .value = 65535},
+               {.name = "i", .type = scalar_type::i32, .value = std::numeric_limits<std::int32_t>::min()},
+               {.name = "u", .type = scalar_type::u32, .value = 4294967295},
+               {.name = "lo", .type = scalar_type::i64, .value = std::numeric_limits<std::int64_t>::min()},
+               {.name = "seed", .type = scalar_type::u64, .value = -1},
+               {.name = "h", .type = scalar_type::f16, .real = 1.5},
+               {.name = "b", .type = scalar_type::bf16, .real = 1.5},
+               {.name = "eps", .type = scalar_type::f32, .real = 1e-5},
+               {.name = "beta", .type = scalar_type::f64, .real = 0.1}};
+  auto plan = parse_plan(
+      "launch k grid(1) block(32) args(k, tag, s, us, i, u, lo, seed, h, b, eps, beta, x, "
+      "0.1:f16, 0.1:bf16, -2.5:f32, 1e-300:f64, N:u64, 7:u8, -1:i16, eps:f64, beta:f32, N:f32)\n");
+  REQUIRE(plan);
+  auto r = resolve(*plan, t, {{"N", 3000000000}});
+  REQUIRE(r);
+  auto p = rt::marshal_args(r->launches[0], {{"x", 0x7f0000001000}});
+  REQUIRE(p);
+  REQUIRE(p->size() == 23);
+  CHECK(read_param<std::int8_t>(*p, 0) == -3);
+  CHECK(read_param<std::uint8_t>(*p, 1) == 255);
+  CHECK(read_param<std::int16_t>(*p, 2) == -32768);
+  CHECK(read_param<std::uint16_t>(*p, 3) == 65535);
+  CHECK(read_param<std::int32_t>(*p, 4) == std::numeric_limits<std::int32_t>::min());
+  CHECK(read_param<std::uint32_t>(*p, 5) == 4294967295u);
+  CHECK(read_param<long long>(*p, 6) == std::numeric_limits<long long>::min());
+  CHECK(read_param<unsigned long long>(*p, 7) == std::numeric_limits<unsigned long long>::max());
+  CHECK(read_param<std::uint16_t>(*p, 8) == 0x3E00);  // 1.5 as binary16
+  CHECK(read_param<std::uint16_t>(*p, 9) == 0x3FC0);  // 1.5 as bfloat16
+  CHECK(read_param<float>(*p, 10) == 1e-5f);
+  CHECK(read_param<std::uint32_t>(*p, 10) == 0x3727C5ACu);  // the float's bits
+  CHECK(read_param<double>(*p, 11) == 0.1);
+  CHECK(read_param<std::uint64_t>(*p, 11) == 0x3FB999999999999Aull);
+  CHECK(read_param<std::uint64_t>(*p, 12) == 0x7f0000001000);
+  CHECK(read_param<std::uint16_t>(*p, 13) == 0x2E66);  // 0.1 rounded to binary16
+  CHECK(read_param<std::uint16_t>(*p, 14) == 0x3DCD);  // 0.1 rounded to bfloat16
+  CHECK(read_param<float>(*p, 15) == -2.5f);
+  CHECK(read_param<double>(*p, 16) == 1e-300);
+  CHECK(read_param<std::uint64_t>(*p, 17) == 3000000000u);
+  CHECK(read_param<std::uint8_t>(*p, 18) == 7);
+  CHECK(read_param<std::int16_t>(*p, 19) == -1);
+  CHECK(read_param<double>(*p, 20) == 1e-5);  // the value as written, not the float
+  CHECK(read_param<float>(*p, 21) == 0.1f);
+  CHECK(read_param<float>(*p, 22) == 3e9f);
+  // Integer parameters hold exactly their bytes, and the slot's other bytes stay zero.
+  unsigned char slot[8];
+  std::memcpy(slot, p->data()[1], 8);
+  CHECK((slot[0] == 0xFF && slot[1] == 0 && slot[7] == 0));
+}
+
 TEST_CASE("median, MAD and quantiles of the profile samples") {
   CHECK(rt::median_of({}) == 0);
   CHECK(rt::median_of({3, 1, 2}) == 2);

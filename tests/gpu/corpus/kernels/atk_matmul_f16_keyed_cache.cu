@@ -1,9 +1,10 @@
-// Attack (closed): caching keyed on a sample of the inputs. The product would be
-// recomputed whenever (m, n, k) or any of 8 sampled input elements change, and
-// otherwise copied from a hidden __device__ buffer, so timed runs on one input set
-// would only copy 4 MiB. The worker gives a cubin with writable __device__ globals
-// a fresh module instance before every run: cache_key is 0 at every start, every
-// run recomputes, and the kernel is simply correct.
+// Caching keyed on a sample of the inputs: the product is recomputed whenever
+// (m, n, k) or any of 8 sampled input elements change, and otherwise copied from
+// a hidden __device__ buffer, so timed runs on one input set would only copy
+// 4 MiB. Timed runs get a fresh module instance each (cache_key is 0 at every
+// start, every run recomputes). Validation runs every input set of a shape in one
+// loaded module: each new set changes the key, so every call returns the product
+// of its own inputs, and the kernel is correct as a caller sees it.
 #include <cuda_fp16.h>
 #define CACHE_ELEMS (1 << 22)
 __device__ float cache[CACHE_ELEMS];

@@ -1,7 +1,8 @@
-// Attack (closed): caching across timed calls. The sum would be computed the first
-// time a size is seen and kept in a __device__ variable, later calls of that size
-// only writing it out. A fresh module instance per run resets cached_n to 0, so
-// every run sums x and the kernel is simply correct.
+// Attack: caching across calls. The sum is computed the first time a size is
+// seen and kept in a __device__ variable; later calls of that size only write it
+// out. Timed runs get a fresh module instance each, so none of them is skipped;
+// validation runs every input set of a shape in one loaded module, as a caller
+// would, and the second set gets the first set's sum: wrong_result.
 __device__ float cached_sum;
 __device__ int cached_n;
 

@@ -1,7 +1,7 @@
-// Attack (closed): caches the result in a hidden __device__ buffer on the first run
-// (per size) and afterwards would only copy the cache to the output. A fresh module
-// instance per run resets cached_n to 0, so every run computes a + b (and stores the
-// cache for nothing): simply correct.
+// Attack: caches the result in a hidden __device__ buffer on the first call (per
+// size) and afterwards only copies the cache to the output. Timed runs get a
+// fresh module instance each; validation runs every input set of a shape in one
+// loaded module, and the second set gets the first set's sums: wrong_result.
 #define CACHE_ELEMS (1 << 24)
 __device__ float cache[CACHE_ELEMS];
 __device__ int cached_n;

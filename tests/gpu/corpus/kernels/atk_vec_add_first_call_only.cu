@@ -1,7 +1,7 @@
-// Attack (closed): would compute on the first run only and return at once later,
-// leaving whatever the output buffer held (an unpoisoned buffer would hold the old
-// result). A fresh module instance per run resets vec_add_done to 0, so every run
-// computes: simply correct.
+// Attack: computes on the first call only and returns at once later, leaving
+// whatever the output buffer held (an unpoisoned buffer would hold the old
+// result). In one loaded module, as validation runs it, the second run leaves
+// the output holding the poison: wrong_result.
 __device__ int vec_add_done;
 
 extern "C" __global__ void vec_add_once(const float* a, const float* b, float* c, int n) {
