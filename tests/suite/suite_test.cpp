@@ -415,6 +415,12 @@ gpu::session_config suite_session_config() {
   c.profile.max_samples = 20;
   c.profile.max_seconds = 1;
   c.profile.cupti_runs = 1;
+  // For tracing a verdict to one of the validator's checks:
+  // SPECGEN_SMEM_POISON=0 switches the shared-memory poison off,
+  // SPECGEN_SAME_MODULE=0 runs every validation case in a call of its own.
+  if (const char* p = std::getenv("SPECGEN_SMEM_POISON"); p && std::string(p) == "0")
+    c.validation.shared_memory_poison.clear();
+  if (const char* m = std::getenv("SPECGEN_SAME_MODULE"); m && std::string(m) == "0") c.validation.same_module = false;
   return c;
 }
 
