@@ -33,6 +33,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -416,10 +417,19 @@ gpu::session_config suite_session_config() {
   c.profile.max_seconds = 1;
   c.profile.cupti_runs = 1;
   // For tracing a verdict to one of the validator's checks:
-  // SPECGEN_SMEM_POISON=0 switches the shared-memory poison off,
+  // SPECGEN_SMEM_POISON=0 switches the shared-memory poison off, and a comma
+  // list of words (0xffffffff,0x7f7f7f7f) replaces the default words;
   // SPECGEN_SAME_MODULE=0 runs every validation case in a call of its own.
-  if (const char* p = std::getenv("SPECGEN_SMEM_POISON"); p && std::string(p) == "0")
+  if (const char* p = std::getenv("SPECGEN_SMEM_POISON"); p && *p) {
     c.validation.shared_memory_poison.clear();
+    for (std::string_view rest = p; !rest.empty();) {
+      const auto comma = rest.find(',');
+      const std::string word(rest.substr(0, comma));
+      if (const auto w = std::strtoul(word.c_str(), nullptr, 0); w != 0)
+        c.validation.shared_memory_poison.push_back(static_cast<std::uint32_t>(w));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
   if (const char* m = std::getenv("SPECGEN_SAME_MODULE"); m && std::string(m) == "0") c.validation.same_module = false;
   return c;
 }
