@@ -103,9 +103,6 @@ struct distribution {
 
   static const distribution normal, uniform, signed_uniform, large, zeros, ones;
 
-  /// One of the six named distributions (whose meaning depends on the
-  /// element type), as opposed to one with parameters the task stated.
-  [[nodiscard]] constexpr bool is_named() const noexcept { return kind <= distribution_kind::ones; }
   /// A random distribution of unit scale or `large`: the ones the evaluator
   /// may replace with its own validation distributions.
   [[nodiscard]] constexpr bool is_replaceable() const noexcept { return kind <= distribution_kind::large; }

@@ -61,14 +61,6 @@ struct validation_case {
   friend bool operator==(const validation_case&, const validation_case&) = default;
 };
 
-/// Shared-memory poison words: NaN for floats (-1 for integers), and the
-/// largest and the most negative finite floats of the form 0xXYXYXYXY, so a
-/// kernel that reads shared memory it never wrote gets NaN in a sum and a
-/// huge value out of a max or a min.
-inline constexpr std::uint32_t smem_poison_nan = 0xFFFFFFFFu;
-inline constexpr std::uint32_t smem_poison_huge = 0x7F7F7F7Fu;       ///< 3.39e38 as f32
-inline constexpr std::uint32_t smem_poison_minus_huge = 0xFEFEFEFEu; ///< -1.69e38 as f32
-
 /// How candidates are validated.
 struct validation_config {
   /// Run at every validation shape of the task (those that apply, see
@@ -95,7 +87,7 @@ struct validation_config {
   /// filled with one of these words (run k gets word k mod n), so a kernel
   /// reading shared memory it never wrote sees garbage, never leftovers that
   /// happen to work. Empty: no poison.
-  std::vector<std::uint32_t> shared_memory_poison{smem_poison_nan, smem_poison_huge, smem_poison_minus_huge};
+  std::vector<std::uint32_t> shared_memory_poison{smem_poison_patterns.begin(), smem_poison_patterns.end()};
   std::size_t guard_bytes = 256;   ///< canary zone before and after every buffer
   duration run_deadline = seconds(2);  ///< one plan run; past it: `timeout`, worker replaced
   friend bool operator==(const validation_config&, const validation_config&) = default;

@@ -92,6 +92,23 @@ struct device_info {
 
 /// Number of GPUs, or why there are none to use.
 expected<int, runtime_error> device_count();
+/// Shared-memory poison words: before a checked launch the worker fills all
+/// shared memory of every SM with one of them (see the worker's `run`
+/// `smem_poison` and `validation_config::shared_memory_poison`).
+/// All bits set: a NaN read as f32, f16 or bf16 (any width), -1 read as a
+/// signed integer of any width, the maximum as an unsigned one.
+inline constexpr std::uint32_t smem_poison_ones = 0xFFFFFFFFu;
+/// 3.39e38 read as f32 (and as bf16), a NaN as f16; 2,139,062,143 as i32: a
+/// maximum that an uninitialised value wins.
+inline constexpr std::uint32_t smem_poison_high = 0x7F7F7F7Fu;
+/// -1.69e38 read as f32 (and as bf16), a NaN as f16; -16,843,010 as i32: a
+/// minimum that an uninitialised value wins.
+inline constexpr std::uint32_t smem_poison_low = 0xFEFEFEFEu;
+/// The three together: a kernel that reduces uninitialised values with a sum,
+/// a max or a min gives a wrong answer under at least one of them.
+inline constexpr std::array<std::uint32_t, 3> smem_poison_patterns{smem_poison_ones, smem_poison_high,
+                                                                   smem_poison_low};
+
 /// Name, architecture, L2 and limits of GPU `index`.
 expected<device_info, runtime_error> query_device(int index);
 

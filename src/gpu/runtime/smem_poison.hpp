@@ -10,6 +10,8 @@
 // later JIT-compiles it for its device; each context loads it once.
 #include "driver.hpp"
 
+#include <specgen/gpu/runtime.hpp>
+
 #include <specgen/detail/config.hpp>
 
 #include <array>
@@ -19,19 +21,11 @@
 SPECGEN_BEGIN_NAMESPACE
 namespace gpu::detail {
 
-/// All bits set: a NaN read as f32, f16 or bf16 (any width), -1 read as a
-/// signed integer of any width, the maximum as an unsigned one.
-inline constexpr std::uint32_t smem_poison_ones = 0xFFFFFFFFu;
-/// 3.39e38 read as f32 (and as bf16), a NaN as f16; 2,139,062,143 as i32: a
-/// maximum that an uninitialised value wins.
-inline constexpr std::uint32_t smem_poison_high = 0x7F7F7F7Fu;
-/// -1.69e38 read as f32 (and as bf16), a NaN as f16; -16,843,010 as i32: a
-/// minimum that an uninitialised value wins.
-inline constexpr std::uint32_t smem_poison_low = 0xFEFEFEFEu;
-/// The three together: a kernel that reduces uninitialised values with a sum,
-/// a max or a min gives a wrong answer under at least one of them.
-inline constexpr std::array<std::uint32_t, 3> smem_poison_patterns{smem_poison_ones, smem_poison_high,
-                                                                   smem_poison_low};
+// The poison words are public (specgen/gpu/runtime.hpp), for the validator's configuration.
+using gpu::smem_poison_high;
+using gpu::smem_poison_low;
+using gpu::smem_poison_ones;
+using gpu::smem_poison_patterns;
 
 /// The poison kernel's entry point in `smem_poison_ptx()`.
 inline constexpr const char* smem_poison_entry = "specgen_smem_poison";
