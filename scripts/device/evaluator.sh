@@ -8,8 +8,10 @@
 # corpus=K runs tests/gpu's adversarial corpus with SPECGEN_SEED_OFFSET=K (every validation and
 # profiling seed shifted by 100 K) and keeps its verdict tables; latency runs `specgen-bench
 # gpu-latency --reps 2` on tasks/examples (the validation before and after the repeated-call
-# check and the shared-memory poison, side by side). The build uses check.sh (Debian packages
-# from .debs/, see there). Results under $OUT.
+# check and the shared-memory poison, side by side); suite runs the bundled suite's verdict
+# test alone and keeps its table; smemfault runs smem_race_fault/run.sh (a racy reduction on
+# poisoned shared memory, outside specgen). The build uses check.sh (Debian packages from
+# .debs/, see there). Results under $OUT.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${OUT:-$repo/device-out}
@@ -42,6 +44,15 @@ for step in "$@"; do
         --json "$out/gpu-latency.json" > "$out/gpu-latency.txt" 2>&1
       r=$?; ((rc == 0)) && rc=$r
       echo "rc=$r"; tail -14 "$out/gpu-latency.txt"
+      ;;
+    suite)
+      export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+      (cd "$build/tests/suite" && timeout 300 ./suite_test > "$out/suite.log" 2>&1)
+      r=$?; ((rc == 0)) && rc=$r
+      echo "rc=$r"; grep -E "wrong verdicts|<-- WRONG|test cases" "$out/suite.log" | head -20
+      ;;
+    smemfault)
+      OUT=$out "$repo/scripts/device/smem_race_fault/run.sh"
       ;;
     *) echo "unknown step '$step'"; exit 2 ;;
   esac

@@ -131,12 +131,15 @@ entry parse_entry(const fs::path& file) {
   if (e.expects(verdict_kind::ok) && e.expect.size() != 1)
     throw std::runtime_error(where + ": 'ok' may not be one of several acceptable verdicts");
   // A list: the ways one wrong kernel may show, e.g. a race as ["wrong_result", "unstable"], an
-  // overflow as ["wrong_result", "nonfinite_output"]; never a kernel that may be right.
+  // overflow as ["wrong_result", "nonfinite_output"]; never a kernel that may be right. A race is
+  // undefined behaviour, so a racy kernel (one that lists unstable) may also list fault.
+  const auto one_way = [&e](verdict_kind v) {
+    return specgen::is_wrong_output(v) || (v == verdict_kind::fault && e.expects(verdict_kind::unstable));
+  };
   if (e.expect.size() > 1 &&
-      !(e.expects(verdict_kind::wrong_result) &&
-        std::all_of(e.expect.begin(), e.expect.end(), [](verdict_kind v) { return specgen::is_wrong_output(v); })))
+      !(e.expects(verdict_kind::wrong_result) && std::all_of(e.expect.begin(), e.expect.end(), one_way)))
     throw std::runtime_error(where + ": a list of verdicts holds wrong_result and other kinds of a wrong output "
-                                     "(unstable, nonfinite_output, ...)");
+                                     "(unstable, nonfinite_output, ...; fault only with unstable)");
   if (j.contains("speed")) {
     e.speed = j.at("speed").get<std::string>();
     if (!speed_labels.contains(e.speed))

@@ -185,6 +185,7 @@ struct session_stats {
   std::uint64_t reference_runs = 0;     ///< reference outputs computed (each cached afterwards)
   std::uint64_t reference_hits = 0;     ///< reference outputs served from the cache
   std::uint64_t module_resends = 0;     ///< cubins sent again after the worker answered module_missing
+  std::uint64_t poison_fault_reruns = 0;  ///< validation calls run again without the shared-memory poison after a fault
   worker_stats worker{};
 };
 

@@ -7,6 +7,7 @@
 #include <specgen/gpu/evaluation.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <ranges>
 #include <set>
 #include <string>
 #include <utility>
@@ -181,6 +183,7 @@ struct device_session::state {
     const std::string kind = text("error_kind"), message = text("message"), cuda = text("cuda_error");
     const std::string detail = cuda.empty() ? message : fmt::format("{} ({})", message, cuda);
     if (kind == "fault") {
+      kernel_faulted = true;
       settle_worker();
       return make(verdict_kind::fault, fmt::format("the kernel faulted while {}: {}", what, first_line(detail)), detail);
     }
@@ -213,14 +216,20 @@ struct device_session::state {
     std::vector<decoded_run> runs;
   };
 
+  /// Set by run_error when the worker reports that the kernels themselves
+  /// faulted (not the worker, not the protocol); run_plan clears it.
+  bool kernel_faulted = false;
+
   /// `run` op: `plan` on worker-generated inputs at `shape`, every set in
   /// turn, each `repeats` times. With `checked` the call is a candidate's
-  /// validation: all runs share one loaded module (as a caller's would) and
-  /// shared memory is poisoned before every launch.
+  /// validation: all runs share one loaded module (as a caller's would) and,
+  /// with `poison`, shared memory is poisoned before every launch.
   expected<run_answer, verdict> run_plan(const task& t, const json& task_json, const shape_binding& shape,
                                          const std::vector<input_case>& sets, const std::string& plan,
                                          const compiled& binary, int repeats, bool checked,
-                                         const std::vector<std::size_t>& output_bytes, std::string_view what) {
+                                         const std::vector<std::size_t>& output_bytes, std::string_view what,
+                                         bool poison = true) {
+    kernel_faulted = false;
     json lists = json::array();
     for (const auto& c : sets) lists.push_back(inputs_json(t, c));
     json args{{"task", task_json},
@@ -233,7 +242,8 @@ struct device_session::state {
               {"deadline_ms", millis(config.validation.run_deadline)}};
     if (checked) {
       args["same_module"] = config.validation.same_module;
-      if (!config.validation.shared_memory_poison.empty()) args["smem_poison"] = config.validation.shared_memory_poison;
+      if (poison && !config.validation.shared_memory_poison.empty())
+        args["smem_poison"] = config.validation.shared_memory_poison;
     }
     const int runs = repeats * static_cast<int>(sets.size());
     const duration deadline = config.validation.run_deadline * runs + config.call_margin;
@@ -494,6 +504,38 @@ struct device_session::state {
     return make(verdict_kind::ok, {});
   }
 
+  /// A kernel that faulted with shared memory poisoned runs once more
+  /// without the poison. When it then completes, the fault came from what it
+  /// read in shared memory it never wrote (or wrote racily): the verdict stays
+  /// a fault (a real caller's leftover shared memory can hold the same bits),
+  /// and its summary says where to look, since the model's next attempt
+  /// depends on it.
+  verdict explain_fault(const task& t, const json& task_json, const shape_binding& shape,
+                        const std::vector<input_case>& sets, const candidate& c, const compile_outcome& co,
+                        int repeats, const std::vector<std::size_t>& sizes, std::string_view what, verdict fault) {
+    if (fault.kind != verdict_kind::fault || !kernel_faulted || config.validation.shared_memory_poison.empty() ||
+        cancel_flag)
+      return fault;
+    count(&session_stats::poison_fault_reruns);
+    const std::string again = fmt::format("{}, again without the shared-memory poison", what);
+    auto plain = run_plan(t, task_json, shape, sets, c.plan, *co.binary, repeats, true, sizes, again, false);
+    if (!plain && plain.error().kind == verdict_kind::fault) {
+      fault.log += "\nit faults as well when shared memory is not poisoned first";
+      return fault;
+    }
+    if (!plain && plain.error().kind != verdict_kind::timeout) return fault;
+    fault.summary += fmt::format(
+        "; it {} when shared memory is not filled with poison words ({}) first, so the fault likely comes from "
+        "reading shared memory before it is written (never written, or another warp's slot read without a "
+        "barrier in between)",
+        plain ? "runs to completion" : "does not fault (it times out)",
+        fmt::join(config.validation.shared_memory_poison | std::views::transform([](std::uint32_t w) {
+                    return fmt::format("{:#010x}", w);
+                  }),
+                  ", "));
+    return fault;
+  }
+
   /// One validation call at `shape`: the candidate on every input set of
   /// `sets`, `repeats` times each; what is wrong, or nothing.
   std::optional<verdict> validate_call(const task& t, const candidate& c, const compile_outcome& co,
@@ -512,7 +554,7 @@ struct device_session::state {
         sets.size() > 1 ? fmt::format("running the candidate at {} ({} input sets in one loaded module)", shape_text(shape), sets.size())
                         : fmt::format("running the candidate at {} ({})", shape_text(shape), case_text(t, sets.front()));
     auto ans = run_plan(t, task_json, shape, sets, c.plan, *co.binary, repeats, true, sizes, what);
-    if (!ans) return ans.error();
+    if (!ans) return explain_fault(t, task_json, shape, sets, c, co, repeats, sizes, what, ans.error());
     auto bad = judge(t, shape, sets, ans->runs, repeats, want, terms);
     if (!bad) return std::nullopt;
     if (!is_wrong_output(bad->kind) || bad->kind == verdict_kind::input_mutation ||

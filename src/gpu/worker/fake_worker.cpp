@@ -28,6 +28,8 @@
 //   oob                  the guards of the first output broken
 //   clobber              the first input changed
 //   fault / timeout      error_kind fault / timeout, then exit(2) right after the response
+//   smemfault            like fault when "smem_poison" is given, correct without it
+//                        (a kernel that faults on what it reads from unwritten shared memory)
 //   launchfail, loadfail, oom   error_kind launch_failed, load_failed, out_of_memory
 //   forget               forget every loaded module first (module_missing unless the cubin is sent)
 //   badoffset            an output offset past the end of the binary part
@@ -207,7 +209,7 @@ std::set<std::string> loaded_modules;
 wd::handled run_op(const request& r) {
   const json& a = r.args;
   const std::string how = behaviour(a.value("plan", ""));
-  if (auto m = misbehave(how)) return *m;
+  if (auto m = misbehave(how == "smemfault" && a.contains("smem_poison") ? std::string("fault") : how)) return *m;
   auto reply = [](json result, std::string binary = {}) {
     return wd::handled{{.ok = true, .result = std::move(result), .error = {}, .binary = std::move(binary)}};
   };

@@ -168,6 +168,32 @@ TEST_CASE("faults and timeouts reported by the worker; the next candidate gets a
   CHECK(s->stats().worker.respawns >= 2);
 }
 
+TEST_CASE("a kernel that faults only with shared memory poisoned keeps its fault verdict and is told why") {
+  auto s = open_session();
+  const task t = sum_task();
+  verdict v = s->validate(t, make_candidate("smemfault_add"));
+  INFO(v.summary << "\n" << v.log);
+  CHECK(v.kind == verdict_kind::fault);
+  CHECK(contains(v.summary, "faulted"));
+  CHECK(contains(v.summary, "it runs to completion when shared memory is not filled with poison words (0xffffffff"));
+  CHECK(contains(v.summary, "the fault likely comes from reading shared memory before it is written"));
+  CHECK(s->stats().poison_fault_reruns == 1);
+  // A kernel that faults either way gets no such hint, and the log says so.
+  verdict always = s->validate(t, make_candidate("fault_add"));
+  CHECK(always.kind == verdict_kind::fault);
+  CHECK_FALSE(contains(always.summary, "shared memory"));
+  CHECK(contains(always.log, "it faults as well when shared memory is not poisoned first"));
+  CHECK(s->stats().poison_fault_reruns == 2);
+  // Without the poison there is nothing to tell apart: no second run.
+  session_config plain = fake_config();
+  plain.validation.shared_memory_poison.clear();
+  auto p = open_session(plain);
+  CHECK(p->validate(t, make_candidate("smemfault_add")).kind == verdict_kind::ok);
+  CHECK(p->validate(t, make_candidate("fault_add")).kind == verdict_kind::fault);
+  CHECK(p->stats().poison_fault_reruns == 0);
+  CHECK(s->validate(t, make_candidate("good_add")).kind == verdict_kind::ok);
+}
+
 TEST_CASE("launch, load and memory failures map to their verdicts") {
   auto s = open_session();
   const task t = sum_task();
