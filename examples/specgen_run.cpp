@@ -12,6 +12,7 @@
 #include "support/world.hpp"
 
 #include <specgen/modes.hpp>
+#include <specgen/report.hpp>
 #include <specgen/results.hpp>
 #ifdef SPECGEN_RUN_OPENAI
 #include <specgen/backend/openai.hpp>
@@ -111,6 +112,8 @@ Backends and evaluators:
 Output:
   --out DIR           results.json, journal.jsonl, timeline.json (default specgen-out);
                       one run at a time: a second run on DIR exits with status 2
+  --report            also write report.html in --out at the end: the run's plots in
+                      one self-contained page (specgen-report does the same later)
   --resume            continue the run whose journal is in --out, given the flags it
                       started with (other tasks, configuration or seed are refused)
   --check             check the flags and the tasks, reach the server and start the
@@ -329,7 +332,7 @@ int run(int argc, char** argv) {
                    {"corpus", "corpus-seed", "tasks", "backend", "mode", "config", "rounds", "seed", "target", "devices",
                     "evaluator", "gpus", "stand-in-worker", "decode-rate", "out", "progress-every", "base-url", "model",
                     "preset", "server", "api-key-env", "openai-config"},
-                   {"help", "real-time", "resume", "quiet", "check", "hardware-metrics"}, {"task-files"});
+                   {"help", "real-time", "resume", "quiet", "check", "hardware-metrics", "report"}, {"task-files"});
   if (a.has("help")) {
     fmt::print("{}", usage_text);
     return 0;
@@ -489,6 +492,19 @@ int run(int argc, char** argv) {
     fmt::print("the run was resumed: {} segments, its figures cover all of them (timeline.json shows the last)\n",
                r->segments.size());
   fmt::print("wrote {}, {}, {}\n", (out / "results.json").string(), o.journal->string(), o.timeline->string());
+  if (a.has("report")) {
+    // The journal is complete (the run has ended): the report reads it as specgen-report would.
+    const fs::path page = out / "report.html";
+    auto runs = load_report_runs(out);
+    if (!runs) throw std::runtime_error(fmt::format("the report: {}", runs.error().message));
+    std::ofstream f(page, std::ios::binary);
+    f << render_report(*runs);
+    if (!f) throw std::runtime_error(fmt::format("cannot write {}", page.string()));
+    fmt::print("wrote {}: open it in a browser\n", page.string());
+  } else {
+    fmt::print("see the run: specgen-report {} (writes {}), or run with --report\n", out.string(),
+               (out / "report.html").string());
+  }
   // Failed streams are reported; a search none of whose streams ran is a failed run.
   std::string failures, dead;
   const search_result* first_dead = nullptr;

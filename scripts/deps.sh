@@ -4,14 +4,17 @@
 # (apt-get update only when something is missing).
 # Debian package names of everything the build and the tests need.
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcurl4-openssl-dev pkg-config)
+# Only the tests: the browser the report's page is rendered in (its test skips without it).
+test_packages=(chromium)
 
+# install_packages [extra package...]: installs the missing ones of packages and the extras.
 install_packages() {
   if ! command -v dpkg-query >/dev/null; then
-    echo "specgen: not a Debian system; make sure these (or equivalents) are installed: ${packages[*]}" >&2
+    echo "specgen: not a Debian system; make sure these (or equivalents) are installed: ${packages[*]} $*" >&2
     return
   fi
   local missing=() p
-  for p in "${packages[@]}"; do
+  for p in "${packages[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   ((${#missing[@]})) || return 0

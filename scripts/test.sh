@@ -44,7 +44,7 @@ case "$build_dir" in /*) ;; *) build_dir="$PWD/$build_dir" ;; esac
 
 # shellcheck source=scripts/deps.sh
 source "$repo/scripts/deps.sh"
-if ((install_missing)); then install_packages; fi
+if ((install_missing)); then install_packages "${test_packages[@]}"; fi
 
 # The CI build: Release at -O1, without debug information, to keep CI on the
 # 2-core machine well inside its time. Debug information made a heavy

@@ -355,6 +355,7 @@ class journal_writer {
                         {"result", o.result},
                         {"busy_ns", o.busy.count()}};
     if (o.kind == stage::compile) body["compile"] = o.compile;
+    else if (o.device >= 0) body["device"] = o.device;
     if (o.timing) body["timing"] = *o.timing;
     write(journal_records::evaluation, t, body);
   }

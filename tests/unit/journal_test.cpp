@@ -586,3 +586,19 @@ TEST_CASE("the state counts what each search did and when it ended, across segme
   CHECK(st->segments[1].completed);
   CHECK(st->segments[1].summary.at("device_busy_ns") == 5);
 }
+
+TEST_CASE("a validate or profile result names the GPU that ran it; a compile result names none") {
+  temp_journal tmp;
+  journal_writer j(tmp.path(), false);
+  const auto c = make_candidate(1, 0, 0, "kernel");
+  auto validated = outcome(stage::validate, verdict_kind::ok);
+  validated.device = 3;
+  auto compiled = outcome(stage::compile, verdict_kind::ok);
+  compiled.device = -1;
+  j.write_stage(timestamp(1), 0, c, validated);
+  j.write_stage(timestamp(2), 0, c, compiled);
+  const auto lines = lines_of(tmp.path());
+  REQUIRE(lines.size() == 2);
+  CHECK(nlohmann::json::parse(lines[0]).at("device") == 3);
+  CHECK_FALSE(nlohmann::json::parse(lines[1]).contains("device"));
+}
