@@ -55,6 +55,8 @@ e2e options:
   --decode-slowdown F  the replay model's decode slowdown per extra active
                        sequence, 0 to 1 (default 0.01: 64 sequences at ~60% speed)
   --out FILE           write the JSON results
+  --journal-dir DIR    write every run's journal there (<mode>.jsonl, <mode>-equal-time.jsonl,
+                       -seedN with several seeds): specgen-report DIR shows them overlaid
 engine options:
   --tasks N (1 to 10000), --rounds N (1 to 10000; default 20 x 50 = 1,000 rounds),
   --seed N, --out FILE
@@ -217,12 +219,23 @@ int bench_e2e(const programs::args& a) {
   std::map<std::string, std::vector<double>> ttt, best, best_equal;
   std::vector<double> oracle;
   int tasks_total = 0;
-  auto run_one = [&](const replay::corpus& corpus, const std::string& mode, std::uint64_t seed, search_budget budget) {
+  // --journal-dir: every run's journal, named <mode>[-equal-time][-seedN].jsonl (specgen-report reads the directory).
+  const std::optional<std::filesystem::path> journal_dir =
+      a.has("journal-dir") ? std::optional<std::filesystem::path>(a.get("journal-dir")) : std::nullopt;
+  if (journal_dir) std::filesystem::create_directories(*journal_dir);
+  auto run_one = [&](const replay::corpus& corpus, const std::string& mode, std::uint64_t seed, search_budget budget,
+                     bool equal_time_run = false) {
     auto cfg = mode_config(mode);
     if (!cfg) throw std::invalid_argument(cfg.error().message);
     cfg->seed = seed;
     cfg->budget = budget;
     o.sim.seed = seed;
+    o.journal.reset();
+    if (journal_dir) {
+      o.journal = *journal_dir / fmt::format("{}{}{}.jsonl", mode, equal_time_run ? "-equal-time" : "",
+                                             seeds > 1 ? fmt::format("-seed{}", seed) : std::string());
+      std::filesystem::remove(*o.journal);
+    }
     const auto w0 = std::chrono::steady_clock::now();
     auto r = programs::run_corpus<virtual_clock>(corpus, std::move(*cfg), o);
     if (!r) throw std::runtime_error(fmt::format("mode {}: {}", mode, r.error().message));
@@ -258,7 +271,8 @@ int bench_e2e(const programs::args& a) {
     if (equal_time)
       for (const auto& mode : modes) {
         const auto r = run_one(*corpus, mode, seed,
-                               {.max_rounds = cc.params.rounds, .max_seconds = sequential_e2e, .target_speedup = target});
+                               {.max_rounds = cc.params.rounds, .max_seconds = sequential_e2e, .target_speedup = target},
+                               /*equal_time_run=*/true);
         for (const auto& s : r.searches) {
           best_equal[mode].push_back(s.best_speedup > 0 ? s.best_speedup : 1.0);
           acc[mode].equal_time_rounds += static_cast<double>(s.rounds) / static_cast<double>(r.searches.size() * seeds);
@@ -434,7 +448,7 @@ int main(int argc, char** argv) {
     }
     programs::args a(argc, argv,
                      {"modes", "tasks", "rounds", "corpus", "corpus-seed", "seed", "seeds", "devices", "streams", "target",
-                      "prefix-hit", "decode-slowdown", "out"},
+                      "prefix-hit", "decode-slowdown", "out", "journal-dir"},
                      {"help", "no-equal-time"}, 2);
     if (cmd == "e2e") return bench_e2e(a);
     if (cmd == "engine") return bench_engine(a);

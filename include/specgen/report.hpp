@@ -465,6 +465,11 @@ inline expected<std::vector<report_run>, error> load_report_runs(const std::file
     return out;
   }
   if (!fs::exists(path, ec)) return unexpected(error{fmt::format("{}: no such file or directory", path.string())});
+  if (path.extension() == ".json")
+    return unexpected(error{fmt::format(
+        "{}: a JSON file, not a journal: name a run directory (specgen-run --out), a journal (.jsonl), or the "
+        "directory of specgen-bench --journal-dir",
+        path.string())});
   const bool run_journal = path.filename() == "journal.jsonl";
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   auto r = load_report_run(path, run_journal ? name_of_dir(dir) : path.stem().string(),

@@ -216,6 +216,10 @@ TEST_CASE("a torn last line is skipped with a note; a damaged line is an error n
   REQUIRE_FALSE(nothing);
   CHECK(nothing.error().message.find("no journal here") != std::string::npos);
   CHECK_FALSE(specgen::load_report_runs(dir / "absent.jsonl"));
+  std::ofstream(dir / "results.json") << "{}";
+  auto results = specgen::load_report_runs(dir / "results.json");
+  REQUIRE_FALSE(results);
+  CHECK(results.error().message.find("a JSON file, not a journal") != std::string::npos);
 }
 
 TEST_CASE("a long best kernel is cut, saying how much was left out") {
