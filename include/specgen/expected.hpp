@@ -1,13 +1,22 @@
 #pragma once
-/// A small `expected<T, E>` for C++20 (std::expected arrives in C++23).
+/// A small `expected<T, E>` for C++20 (std::expected arrives in C++23), with
+/// the same monadic operations: `and_then`, `transform`, `or_else` and
+/// `transform_error`, so that a chain of fallible steps needs no hand-written
+/// `if (!r) return unexpected(r.error());` between them.
 ///
 /// Errors are values at boundaries where a caller can act on them:
 /// @code
 ///   specgen::expected<int, specgen::error> r = parse(...);
 ///   if (!r) std::cerr << r.error().message;
+///   auto doubled = parse(...).transform([](int v) { return 2 * v; });   // expected<int, error>
+///   auto checked = parse(...).and_then([](int v) -> specgen::expected<int> {
+///     if (v < 0) return specgen::unexpected(specgen::error{"negative"});
+///     return v;
+///   });
 /// @endcode
 #include <specgen/detail/config.hpp>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -37,6 +46,28 @@ class bad_expected_access : public std::logic_error {
 };
 
 template <class T, class E = error>
+class expected;
+
+namespace detail {
+template <class X>
+struct is_expected : std::false_type {};
+template <class U, class G>
+struct is_expected<expected<U, G>> : std::true_type {};
+
+/// `f(args...)` as an expected holding its result (or holding nothing, for a void result).
+template <class E, class F, class... A>
+auto expected_of(F&& f, A&&... args) {
+  using U = std::remove_cvref_t<std::invoke_result_t<F, A...>>;
+  if constexpr (std::is_void_v<U>) {
+    std::invoke(std::forward<F>(f), std::forward<A>(args)...);
+    return expected<void, E>();
+  } else {
+    return expected<U, E>(std::invoke(std::forward<F>(f), std::forward<A>(args)...));
+  }
+}
+}  // namespace detail
+
+template <class T, class E>
 class expected {
  public:
   using value_type = T;
@@ -63,15 +94,80 @@ class expected {
 
   E& error() & { return std::get<1>(v_); }
   const E& error() const& { return std::get<1>(v_); }
+  E&& error() && { return std::get<1>(std::move(v_)); }
 
   template <class U>
   T value_or(U&& fallback) const& {
     return has_value() ? std::get<0>(v_) : static_cast<T>(std::forward<U>(fallback));
   }
+  template <class U>
+  T value_or(U&& fallback) && {
+    return has_value() ? std::get<0>(std::move(v_)) : static_cast<T>(std::forward<U>(fallback));
+  }
+
+  /// `f(value)`, an expected with the same error type, or this error.
+  template <class F>
+  auto and_then(F&& f) & { return and_then_impl(*this, std::forward<F>(f)); }
+  template <class F>
+  auto and_then(F&& f) const& { return and_then_impl(*this, std::forward<F>(f)); }
+  template <class F>
+  auto and_then(F&& f) && { return and_then_impl(std::move(*this), std::forward<F>(f)); }
+
+  /// `f(value)` as the new value (void allowed), or this error.
+  template <class F>
+  auto transform(F&& f) & { return transform_impl(*this, std::forward<F>(f)); }
+  template <class F>
+  auto transform(F&& f) const& { return transform_impl(*this, std::forward<F>(f)); }
+  template <class F>
+  auto transform(F&& f) && { return transform_impl(std::move(*this), std::forward<F>(f)); }
+
+  /// This value, or `f(error)`, an expected with the same value type.
+  template <class F>
+  auto or_else(F&& f) & { return or_else_impl(*this, std::forward<F>(f)); }
+  template <class F>
+  auto or_else(F&& f) const& { return or_else_impl(*this, std::forward<F>(f)); }
+  template <class F>
+  auto or_else(F&& f) && { return or_else_impl(std::move(*this), std::forward<F>(f)); }
+
+  /// This value, or `f(error)` as the new error.
+  template <class F>
+  auto transform_error(F&& f) & { return transform_error_impl(*this, std::forward<F>(f)); }
+  template <class F>
+  auto transform_error(F&& f) const& { return transform_error_impl(*this, std::forward<F>(f)); }
+  template <class F>
+  auto transform_error(F&& f) && { return transform_error_impl(std::move(*this), std::forward<F>(f)); }
 
  private:
   void check() const {
     if (!has_value()) throw bad_expected_access("specgen::expected holds an error");
+  }
+  template <class Self, class F>
+  static auto and_then_impl(Self&& self, F&& f) {
+    using R = std::remove_cvref_t<std::invoke_result_t<F, decltype(*std::forward<Self>(self))>>;
+    static_assert(detail::is_expected<R>::value, "and_then: the function must return a specgen::expected");
+    static_assert(std::is_same_v<typename R::error_type, E>, "and_then: the function must keep the error type");
+    if (self.has_value()) return R(std::invoke(std::forward<F>(f), *std::forward<Self>(self)));
+    return R(unexpected<E>(std::forward<Self>(self).error()));
+  }
+  template <class Self, class F>
+  static auto transform_impl(Self&& self, F&& f) {
+    using U = std::remove_cvref_t<std::invoke_result_t<F, decltype(*std::forward<Self>(self))>>;
+    if (self.has_value()) return detail::expected_of<E>(std::forward<F>(f), *std::forward<Self>(self));
+    return expected<U, E>(unexpected<E>(std::forward<Self>(self).error()));
+  }
+  template <class Self, class F>
+  static auto or_else_impl(Self&& self, F&& f) {
+    using R = std::remove_cvref_t<std::invoke_result_t<F, decltype(std::forward<Self>(self).error())>>;
+    static_assert(detail::is_expected<R>::value, "or_else: the function must return a specgen::expected");
+    static_assert(std::is_same_v<typename R::value_type, T>, "or_else: the function must keep the value type");
+    if (self.has_value()) return R(*std::forward<Self>(self));
+    return R(std::invoke(std::forward<F>(f), std::forward<Self>(self).error()));
+  }
+  template <class Self, class F>
+  static auto transform_error_impl(Self&& self, F&& f) {
+    using G = std::remove_cvref_t<std::invoke_result_t<F, decltype(std::forward<Self>(self).error())>>;
+    if (self.has_value()) return expected<T, G>(*std::forward<Self>(self));
+    return expected<T, G>(unexpected<G>(std::invoke(std::forward<F>(f), std::forward<Self>(self).error())));
   }
   std::variant<T, E> v_;
 };
@@ -80,12 +176,50 @@ class expected {
 template <class E>
 class expected<void, E> {
  public:
+  using value_type = void;
+  using error_type = E;
+
   expected() = default;
   template <class G>
   expected(unexpected<G> e) : err_(E(std::move(e.value))), ok_(false) {}  // NOLINT
   [[nodiscard]] bool has_value() const noexcept { return ok_; }
   explicit operator bool() const noexcept { return ok_; }
+  E& error() & { return err_; }
   const E& error() const& { return err_; }
+  E&& error() && { return std::move(err_); }
+
+  /// `f()`, an expected with the same error type, or this error.
+  template <class F>
+  auto and_then(F&& f) const {
+    using R = std::remove_cvref_t<std::invoke_result_t<F>>;
+    static_assert(detail::is_expected<R>::value, "and_then: the function must return a specgen::expected");
+    static_assert(std::is_same_v<typename R::error_type, E>, "and_then: the function must keep the error type");
+    if (ok_) return R(std::invoke(std::forward<F>(f)));
+    return R(unexpected<E>(err_));
+  }
+  /// `f()` as the value (void allowed), or this error.
+  template <class F>
+  auto transform(F&& f) const {
+    using U = std::remove_cvref_t<std::invoke_result_t<F>>;
+    if (ok_) return detail::expected_of<E>(std::forward<F>(f));
+    return expected<U, E>(unexpected<E>(err_));
+  }
+  /// Success, or `f(error)`, an `expected<void, G>`.
+  template <class F>
+  auto or_else(F&& f) const {
+    using R = std::remove_cvref_t<std::invoke_result_t<F, const E&>>;
+    static_assert(detail::is_expected<R>::value && std::is_void_v<typename R::value_type>,
+                  "or_else: the function must return a specgen::expected<void, G>");
+    if (ok_) return R();
+    return R(std::invoke(std::forward<F>(f), err_));
+  }
+  /// Success, or `f(error)` as the new error.
+  template <class F>
+  auto transform_error(F&& f) const {
+    using G = std::remove_cvref_t<std::invoke_result_t<F, const E&>>;
+    if (ok_) return expected<void, G>();
+    return expected<void, G>(unexpected<G>(std::invoke(std::forward<F>(f), err_)));
+  }
 
  private:
   E err_{};
