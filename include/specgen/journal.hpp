@@ -92,9 +92,7 @@ struct file_closer {
   void operator()(std::FILE* f) const noexcept { std::fclose(f); }
 };
 
-inline std::string library_version() {
-  return fmt::format("{}.{}.{}", SPECGEN_VERSION_MAJOR, SPECGEN_VERSION_MINOR, SPECGEN_VERSION_PATCH);
-}
+inline std::string library_version() { return SPECGEN_VERSION_STRING; }
 
 /// Model text may hold invalid UTF-8 (a multi-byte character cut by a
 /// stream); such bytes become U+FFFD rather than failing the run.

@@ -23,6 +23,7 @@
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/report_page.hpp>
 #include <specgen/expected.hpp>
+#include <specgen/journal.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -139,12 +140,12 @@ class builder {
     const std::string type = r.at("type").get<std::string>();
     const std::int64_t t = r.at("t_ns").get<std::int64_t>();
     end_ns_ = std::max(end_ns_, t);
-    if (type == "search_start") {
+    if (type == journal_records::search_start) {
       auto& s = search(r.at("search").get<int>());
       s.task = field<std::string>(r, "task", s.task);
-    } else if (type == "round_start") {
+    } else if (type == journal_records::round_start) {
       search(r.at("search").get<int>()).round_started[r.at("round").get<int>()] = t;
-    } else if (type == "round_end") {
+    } else if (type == journal_records::round_end) {
       auto& s = search(r.at("search").get<int>());
       const int round = r.at("round").get<int>();
       const std::string reason = field<std::string>(r, "reason", "");
@@ -154,7 +155,7 @@ class builder {
       s.round_ends.push_back(json::array({seconds(t), round, reason}));
       s.tokens = field<std::int64_t>(r, "generated_tokens", s.tokens);
       s.rounds = std::max<std::int64_t>(s.rounds, round + 1);
-    } else if (type == "fork") {
+    } else if (type == journal_records::fork) {
       auto& s = search(r.at("search").get<int>());
       ++s.forks;
       fork_span f{.lane = field<int>(r, "lane", 0),
@@ -167,11 +168,11 @@ class builder {
                   .t1 = t};
       f.trigger = triggers_(f.trigger_name);
       s.forks_seen.push_back(std::move(f));
-    } else if (type == "terminated") {
+    } else if (type == journal_records::terminated) {
       auto& s = search(r.at("search").get<int>());
       ++s.terminations;
       s.terminations_at.push_back(json::array({seconds(t), field<int>(r, "lane", 0), field<std::int64_t>(r, "by", 0)}));
-    } else if (type == "candidate") {
+    } else if (type == journal_records::candidate) {
       const json& c = r.at("candidate");
       const json& prov = c.at("prov");
       auto& s = search(prov.at("search").get<int>());
@@ -181,11 +182,11 @@ class builder {
                                                      .plan = field<std::string>(c, "plan", ""),
                                                      .created_ns = t};
       fork_ended(s, prov, t);
-    } else if (type == "extract_failed") {
+    } else if (type == journal_records::extract_failed) {
       fork_ended(search(r.at("search").get<int>()), r, t);
-    } else if (type == "evaluation") {
+    } else if (type == journal_records::evaluation) {
       evaluation(r, t);
-    } else if (type == "search_end") {
+    } else if (type == journal_records::search_end) {
       auto& s = search(r.at("search").get<int>());
       s.end_ns = t;
       s.end_reason = field<std::string>(r, "reason", "");
@@ -193,7 +194,7 @@ class builder {
       s.best = field<std::int64_t>(r, "best", 0);
       s.rounds = field<std::int64_t>(r, "rounds", s.rounds);
       s.tokens = field<std::int64_t>(r, "generated_tokens", s.tokens);
-    } else if (type == "run_end") {
+    } else if (type == journal_records::run_end) {
       summary_ = {{"e2e_s", finite(r, "e2e_seconds")},
                   {"tokens", field<std::int64_t>(r, "generated_tokens", 0)},
                   {"profiled", field<std::int64_t>(r, "profiled_kernels", 0)},
@@ -483,7 +484,7 @@ inline expected<std::vector<report_run>, error> load_report_runs(const std::file
 inline std::string render_report(std::span<const report_run> runs, const report_options& options = {}) {
   using detail::report::json;
   json data{{"format", "specgen-report/1"},
-            {"generated_by", fmt::format("specgen-report {}.{}.{}", SPECGEN_VERSION_MAJOR, SPECGEN_VERSION_MINOR, SPECGEN_VERSION_PATCH)},
+            {"generated_by", std::string("specgen-report ") + SPECGEN_VERSION_STRING},
             {"title", options.title},
             {"runs", json::array()}};
   std::map<std::string, int> seen;

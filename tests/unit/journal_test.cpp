@@ -202,7 +202,7 @@ TEST_CASE("resume state: seed, config, pending and final candidates, rounds and 
   CHECK(st.run_starts == 1);
   REQUIRE(st.identity);
   CHECK(*st.identity == run_of(1234, {{"mode", "specgen"}, {"k", 4}}));
-  CHECK(st.version == "0.1.0");
+  CHECK(st.version == SPECGEN_VERSION_STRING);
   CHECK_FALSE(st.run_ended);
   CHECK(st.records == 20);
   CHECK(st.last_t == timestamp(19));

@@ -8,6 +8,12 @@
 #define SPECGEN_VERSION_MAJOR 0
 #define SPECGEN_VERSION_MINOR 1
 #define SPECGEN_VERSION_PATCH 0
+// "MAJOR.MINOR.PATCH", made from the three numbers above (the only place the version is written).
+#define SPECGEN_STRINGIFY_(x) #x
+#define SPECGEN_STRINGIFY(x) SPECGEN_STRINGIFY_(x)
+#define SPECGEN_VERSION_STRING                                                            \
+  SPECGEN_STRINGIFY(SPECGEN_VERSION_MAJOR) "." SPECGEN_STRINGIFY(SPECGEN_VERSION_MINOR) "." \
+      SPECGEN_STRINGIFY(SPECGEN_VERSION_PATCH)
 
 #define SPECGEN_BEGIN_NAMESPACE \
   namespace specgen {           \
