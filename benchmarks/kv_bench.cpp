@@ -15,15 +15,15 @@
 #include "gpu_support.hpp"
 #include "support/args.hpp"
 
-#include "device.hpp"  // src/gpu/kv: the driver, contexts
-#include "stress.hpp"
+#include "gpu/kv/device.hpp"  // the driver, contexts
+#include "gpu/kv/stress.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
 #include <specgen/gpu/runtime.hpp>
 #include <specgen/policy/kv.hpp>
 #include <specgen/replay/replay_model.hpp>
 
-#include "../src/gpu/compiler/nvrtc_loader.hpp"
+#include "gpu/compiler/nvrtc_loader.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -20,7 +20,7 @@
 //   `.nv.reservedSmem.cap` (sm_100 on) holds the reserved size.
 #include <specgen/gpu/compiler.hpp>
 
-#include "../common/elf64.hpp"
+#include "gpu/common/elf64.hpp"
 
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 #include "nvrtc_loader.hpp"
 
-#include "../common/dynlib.hpp"
+#include "gpu/common/dynlib.hpp"
 
 #include <fmt/format.h>
 

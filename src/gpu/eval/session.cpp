@@ -2,7 +2,7 @@
 // profiler's decisions live here; the kernels run in the worker, every
 // comparison that decides a verdict runs in this process.
 #include "internal.hpp"
-#include "../common/companion.hpp"
+#include "gpu/common/companion.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
 

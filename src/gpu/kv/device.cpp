@@ -1,7 +1,7 @@
 // The KV store's kernels and the per-GPU plumbing shared by the store and its clients.
 #include "device.hpp"
 
-#include "../compiler/nvrtc_loader.hpp"
+#include "gpu/compiler/nvrtc_loader.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
 #include <specgen/gpu/runtime.hpp>

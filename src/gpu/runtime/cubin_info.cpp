@@ -1,6 +1,6 @@
 #include "cubin_info.hpp"
 
-#include "../common/elf64.hpp"
+#include "gpu/common/elf64.hpp"
 
 #include <algorithm>
 #include <string_view>

@@ -3,7 +3,7 @@
 // the _v2 symbols are the ones cublas_v2.h maps the plain names to.
 #include "cublas.hpp"
 
-#include "../common/dynlib.hpp"
+#include "gpu/common/dynlib.hpp"
 
 #include <cublas_api.h>
 #include <fmt/format.h>

@@ -3,7 +3,7 @@
 // common to every kernel record version are read.
 #include "cupti.hpp"
 
-#include "../common/dynlib.hpp"
+#include "gpu/common/dynlib.hpp"
 
 #include <cupti_activity.h>
 #include <fmt/format.h>

@@ -13,7 +13,7 @@
 // its soname.
 #include "cupti_metrics.hpp"
 
-#include "../common/dynlib.hpp"
+#include "gpu/common/dynlib.hpp"
 #include "cupti.hpp"
 #include "driver.hpp"
 

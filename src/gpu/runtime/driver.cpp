@@ -1,6 +1,6 @@
 #include "driver.hpp"
 
-#include "../common/dynlib.hpp"
+#include "gpu/common/dynlib.hpp"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // stable: these entry points have not changed since NVML 2.285 / CUDA 5).
 #include "nvml.hpp"
 
-#include "../common/dynlib.hpp"
+#include "gpu/common/dynlib.hpp"
 
 #include <fmt/format.h>
 

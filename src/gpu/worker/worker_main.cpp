@@ -9,9 +9,9 @@
 #include <cstdlib>
 
 #ifdef SPECGEN_WORKER_WITH_RUNTIME
-#include "../runtime/profile_op.hpp"
-#include "../runtime/run_op.hpp"
-#include "../runtime/worker_state.hpp"
+#include "gpu/runtime/profile_op.hpp"
+#include "gpu/runtime/run_op.hpp"
+#include "gpu/runtime/worker_state.hpp"
 #endif
 
 int main() {

@@ -1,7 +1,7 @@
 #include "helper.hpp"
 
 #include "wire.hpp"
-#include "../../common/companion.hpp"
+#include "gpu/common/companion.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

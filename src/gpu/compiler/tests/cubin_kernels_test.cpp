@@ -3,8 +3,8 @@
 // processes and disk cache hits, which NVRTC's own cache once took from them.
 #include "support.hpp"
 
-#include "../../common/elf64.hpp"
-#include "../disk_cache.hpp"
+#include "gpu/common/elf64.hpp"
+#include "gpu/compiler/disk_cache.hpp"
 
 #include <specgen/gpu/compiler.hpp>
 

@@ -6,7 +6,7 @@
 #include "device.hpp"
 #include "layout.hpp"
 
-#include "../compiler/nvrtc_loader.hpp"
+#include "gpu/compiler/nvrtc_loader.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
 

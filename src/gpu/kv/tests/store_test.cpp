@@ -7,7 +7,7 @@
 #include "device.hpp"
 #include "stress.hpp"
 
-#include "../compiler/nvrtc_loader.hpp"
+#include "gpu/compiler/nvrtc_loader.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
 #include <specgen/gpu/runtime.hpp>
