@@ -20,7 +20,7 @@
 ///   specgen::replay::replay_model model(loop, corpus.traces, {});
 ///   specgen::sim::simulated_device gpu(loop, corpus.costs, {.devices = 4});
 ///   specgen::engine eng(loop, model, gpu, specgen::mode_config("specgen").value());
-///   for (auto& t : corpus.tasks) eng.add_search(t);
+///   for (const auto& t : corpus.tasks) eng.add_search(std::make_shared<const specgen::task>(t));
 ///   specgen::run_result r = eng.run();
 /// @endcode
 #include <specgen/backend.hpp>
