@@ -13,6 +13,7 @@
 ///   auto sum = specgen::checksum(bytes);                          // compare again after the run
 /// @endcode
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/hash.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/expr.hpp>
 #include <specgen/task.hpp>
@@ -92,17 +93,10 @@ constexpr float bf16_to_float(std::uint16_t b) noexcept {
 
 namespace detail {
 
-/// splitmix64's finaliser: a bijective 64-bit mix. Hashing a counter with it
-/// is a counter-based generator, so element i never depends on element i-1
-/// and any slice of a buffer can be regenerated on its own.
-constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
+// Word j of a buffer's stream is mix64 (detail/hash.hpp) of a counter, so element
+// i never depends on element i-1 and any slice of a buffer can be regenerated on its own.
 constexpr std::uint64_t word_at(std::uint64_t key, std::uint64_t j) noexcept {
-  return mix64(key + (j + 1) * 0x9E3779B97F4A7C15ull);
+  return mix64(key + (j + 1) * splitmix64_gamma);
 }
 
 /// N(0, 1) as the Irwin-Hall sum of 12 uniforms of 16 bits (three words):

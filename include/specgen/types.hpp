@@ -3,6 +3,7 @@
 /// verdicts, measurements and the feedback a model reads next round.
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/hash.hpp>
 
 #include <array>
 #include <cstdint>
@@ -19,11 +20,8 @@ using token_id = std::int32_t;
 
 /// 64-bit FNV-1a: the stable content hash used for candidate identity and
 /// cost tables. Stable across platforms and builds (unlike std::hash).
-constexpr std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 0xcbf29ce484222325ull) noexcept {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
+constexpr std::uint64_t fnv1a(std::string_view s, std::uint64_t h = detail::fnv1a_offset) noexcept {
+  for (unsigned char c : s) h = detail::fnv1a_byte(h, c);
   return h;
 }
 
@@ -31,7 +29,7 @@ constexpr std::uint64_t fnv1a(std::string_view s, std::uint64_t h = 0xcbf29ce484
 /// of whitespace collapsed to one space and the ends trimmed, so reformatting
 /// by extraction does not change identity.
 inline std::uint64_t source_key(std::string_view source) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;
+  std::uint64_t h = detail::fnv1a_offset;
   bool pending_space = false, any = false;
   for (unsigned char c : source) {
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
@@ -39,12 +37,10 @@ inline std::uint64_t source_key(std::string_view source) noexcept {
       continue;
     }
     if (pending_space) {
-      h ^= static_cast<unsigned char>(' ');
-      h *= 0x100000001b3ull;
+      h = detail::fnv1a_byte(h, ' ');
       pending_space = false;
     }
-    h ^= c;
-    h *= 0x100000001b3ull;
+    h = detail::fnv1a_byte(h, c);
     any = true;
   }
   return h;

@@ -22,6 +22,7 @@
 #include <specgen/backend.hpp>
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/hash.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/policy/fields.hpp>
 #include <specgen/types.hpp>
@@ -94,21 +95,7 @@ static_assert(kv_model{}.bytes_per_token() == 256 * 1024);
 
 namespace detail {
 /// splitmix64's finaliser: spreads FNV's weak low bits before the next link.
-constexpr std::uint64_t block_mix(std::uint64_t x) noexcept {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-constexpr std::uint64_t fnv1a_u64(std::uint64_t v, std::uint64_t h) noexcept {
-  for (int i = 0; i < 8; ++i) {  // little-endian bytes: the same keys on every platform
-    h ^= (v >> (8 * i)) & 0xffu;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
+constexpr std::uint64_t block_mix(std::uint64_t x) noexcept { return mix64(x); }
 }  // namespace detail
 
 /**

@@ -114,7 +114,7 @@ namespace detail {
 
 /// The id of token `index` of the token sequence salted `salt`.
 inline token_id replay_token_id(std::uint64_t salt, std::uint64_t index, std::int32_t vocab) noexcept {
-  return static_cast<token_id>(mix64(salt ^ mix64(index)) % static_cast<std::uint64_t>(vocab));
+  return static_cast<token_id>(splitmix64(salt ^ splitmix64(index)) % static_cast<std::uint64_t>(vocab));
 }
 
 struct expanded_trace {
@@ -277,7 +277,7 @@ class replay_model {
       const fork_outcome o = outcome_of_fork(*s->source, p, first + i, params_.early_fork_answer);
       s->answers.push_back(expand_answer(o.answer));
       const std::uint64_t salt = fnv1a(s->source->id + "#fork") ^
-                                 detail::mix64(o.at_token ? *o.at_token + 1 : 0) ^ detail::mix64(~o.entry_sample);
+                                 detail::splitmix64(o.at_token ? *o.at_token + 1 : 0) ^ detail::splitmix64(~o.entry_sample);
       sequence q;
       q.sample = i;
       q.parts = {part{nullptr, false, salt}};

@@ -13,6 +13,7 @@
 ///   auto text = specgen::replay::expand_reasoning(traces->front());  // text + token boundaries
 /// @endcode
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/hash.hpp>
 #include <specgen/detail/files.hpp>
 #include <specgen/detail/json_fields.hpp>
 #include <specgen/detail/limits.hpp>
@@ -164,20 +165,14 @@ using specgen::detail::read_json_file;
 using specgen::detail::shown;
 namespace file_kinds = specgen::detail::file_kinds;
 
-/// splitmix64's finaliser: a strong, cheap 64-bit mix (stable across platforms).
-constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using specgen::detail::splitmix64;
 
 /// A deterministic generator (splitmix64); unlike <random>'s distributions its
 /// results are the same on every standard library.
 class rng {
  public:
   explicit rng(std::uint64_t seed) noexcept : s_(seed) {}
-  std::uint64_t next() noexcept { return mix64(s_++ * 0xd1b54a32d192ed03ull); }
+  std::uint64_t next() noexcept { return splitmix64(s_++ * 0xd1b54a32d192ed03ull); }
   /// Uniform in [0, 1).
   double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
   double uniform(double lo, double hi) noexcept { return lo + (hi - lo) * uniform(); }
@@ -247,7 +242,7 @@ inline void append_filler(token_text& out, std::string_view topic, std::uint64_t
 
 /// The deterministic filler seed of segment `index` of the trace with id `id`.
 inline std::uint64_t filler_seed(std::string_view id, std::size_t index) noexcept {
-  return mix64(fnv1a(id) ^ mix64(index));
+  return splitmix64(fnv1a(id) ^ splitmix64(index));
 }
 
 inline std::string default_trace_id(const trace& t) {

@@ -537,7 +537,7 @@ inline std::string code_block(const rendered_kernel& k) { return fmt::format("``
 
 class corpus_generator {
  public:
-  corpus_generator(const corpus_params& p, std::uint64_t seed) : p_(p), r_(mix64(seed ^ 0x5eed5eed5eedull)) {}
+  corpus_generator(const corpus_params& p, std::uint64_t seed) : p_(p), r_(splitmix64(seed ^ 0x5eed5eed5eedull)) {}
 
   corpus run() {
     specgen::detail::require_valid(p_, "corpus_params");

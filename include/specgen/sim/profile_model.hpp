@@ -10,6 +10,7 @@
 /// @endcode
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/hash.hpp>
 #include <specgen/cost_table.hpp>
 #include <specgen/types.hpp>
 
@@ -27,11 +28,7 @@ namespace detail {
 
 /// SplitMix64: small, fast, and specified bit for bit, unlike the standard
 /// library's distributions, so a seed reproduces a run on every platform.
-constexpr std::uint64_t mix64(std::uint64_t z) noexcept {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using specgen::detail::mix64;
 
 /// The seed of one profile job's sample stream: a function of the run seed,
 /// the kernel and how many times it was profiled before, and of nothing else
