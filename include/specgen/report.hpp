@@ -306,7 +306,7 @@ class builder {
     if (field<bool>(r, "reused", false)) {
       // An identical kernel's evaluation: the candidate's final verdict, no device time.
       const json& e = r.at("evaluation");
-      final_verdict(s, cand, e.at("result").at("kind").get<std::string>(), e.contains("timing") ? &e["timing"] : nullptr,
+      final_verdict(s, e.at("result").at("kind").get<std::string>(), e.contains("timing") ? &e["timing"] : nullptr,
                     t, "profile");
       return;
     }
@@ -318,13 +318,12 @@ class builder {
     if (stage != "compile") row = r.contains("device") ? fmt::format("GPU {}", r["device"].get<int>()) : "GPU";
     jobs_.push_back(json::array({devices_(row), seconds(t - busy), seconds(t), stage_index, verdicts_(kind), cand, s.id}));
     // The stage's verdict is the candidate's final one when it fails, or when it is the last stage.
-    if (kind != "ok" || stage == "profile") final_verdict(s, cand, kind, r.contains("timing") ? &r["timing"] : nullptr, t, stage);
+    if (kind != "ok" || stage == "profile") final_verdict(s, kind, r.contains("timing") ? &r["timing"] : nullptr, t, stage);
   }
 
-  void final_verdict(search_acc& s, std::int64_t cand, const std::string& kind, const json* timing, std::int64_t t,
-                     std::string_view stage) {
+  static void final_verdict(search_acc& s, const std::string& kind, const json* timing, std::int64_t t,
+                           std::string_view stage) {
     ++s.verdicts[kind];
-    (void)cand;
     if (kind != "ok" || stage != "profile" || timing == nullptr) return;
     const json sp = finite(*timing, "speedup");
     if (!sp.is_number()) return;
