@@ -305,7 +305,7 @@ int bench_prefix(const programs::args& a) {
                     {"copies", last.copies}, {"gathers", last.gathers}, {"recompute_over_fetch", recompute / s}});
     // Through the engine's policy, as a fork's lease sees it (the store's receive buffer on the consumer GPU).
     if (r.name == (*n >= 2 ? "peer" : "same-gpu")) {
-      any_kv kv = gpu::make_gpu_kv(store, model);
+      policy::any_kv kv = gpu::make_gpu_kv(store, model);
       kv.store(0, prefix);
       std::vector<double> leases;
       for (int i = 0; i <= reps; ++i) {
@@ -314,7 +314,7 @@ int bench_prefix(const programs::args& a) {
         if (i > 0) leases.push_back(to_seconds(l->fetch_time));
       }
       lease_seconds = median(leases);
-      fmt::print("{:<10} {:>11.2f} {:>8.1f} {:>10} {:>17.1f}x   (kv.lease through backed_kv, route {})\n", "lease",
+      fmt::print("{:<10} {:>11.2f} {:>8.1f} {:>10} {:>17.1f}x   (kv.lease through policy::backed_kv, route {})\n", "lease",
                  1e3 * *lease_seconds, gbps(bytes, *lease_seconds), "", recompute / *lease_seconds, r.name);
     }
   }

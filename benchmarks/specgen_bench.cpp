@@ -29,6 +29,7 @@
 #include <optional>
 
 using namespace specgen;
+using namespace specgen::policy;
 
 namespace {
 

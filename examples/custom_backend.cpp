@@ -24,6 +24,7 @@
 #include <thread>
 
 using namespace specgen;
+using namespace specgen::policy;
 
 namespace {
 

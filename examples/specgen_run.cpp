@@ -36,6 +36,7 @@
 
 namespace fs = std::filesystem;
 using namespace specgen;
+using namespace specgen::policy;
 
 namespace {
 

@@ -25,17 +25,13 @@
 /// @endcode
 #include <specgen/backend.hpp>
 #include <specgen/clock.hpp>
+#include <specgen/engine_config.hpp>
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/limits.hpp>
 #include <specgen/evaluator.hpp>
 #include <specgen/extract.hpp>
 #include <specgen/journal.hpp>
 #include <specgen/json.hpp>
-#include <specgen/policy/kv.hpp>
-#include <specgen/policy/pool.hpp>
-#include <specgen/policy/strategy.hpp>
-#include <specgen/policy/termination.hpp>
-#include <specgen/policy/trigger.hpp>
 #include <specgen/prompt.hpp>
 #include <specgen/scheduler.hpp>
 #include <specgen/task_io.hpp>
@@ -62,66 +58,6 @@
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
-
-/// When a search ends. A zero means "no limit".
-struct search_budget {
-  int max_rounds = 100;              ///< iterations (the paper runs 100 per task)
-  double max_seconds = 0;            ///< wall (or virtual) seconds per search
-  std::uint64_t max_tokens = 0;      ///< generated tokens per search (reasoning + answers + forks)
-  double target_speedup = 0;         ///< the target for `seconds_to_target`
-  bool stop_at_target = false;       ///< end the search as soon as the target is reached
-  /// Each field with the range a run can use (docs/policies.md).
-  template <class Self, class F>
-  static void fields(Self& s, F&& f) {
-    f("max_rounds", s.max_rounds, limits::rounds);
-    f("max_seconds", s.max_seconds, detail::in_or_zero(1e-3, limits::max_seconds, "none"));
-    f("max_tokens", s.max_tokens, detail::in_or_zero<std::uint64_t>(1, 1'000'000 * limits::max_tokens, "none"));
-    f("target_speedup", s.target_speedup, limits::target_speedup);
-    f("stop_at_target", s.stop_at_target);
-  }
-  [[nodiscard]] std::string invalid() const {
-    if (max_rounds < 1) return "max_rounds must be >= 1";
-    if (max_seconds < 0 || target_speedup < 0) return "limits must be >= 0";
-    return {};
-  }
-  friend bool operator==(const search_budget&, const search_budget&) = default;
-};
-
-/// Everything that makes one configuration of the engine. The paper's
-/// baselines and every ablation step are values of this type (see modes.hpp).
-struct engine_config {
-  std::uint64_t seed = 1;
-  any_strategy strategy{};
-  any_trigger trigger = any_trigger(triggers::never{});
-  any_termination termination = any_termination(termination::beats_mean{});
-  any_pool pool = any_pool(static_split{});
-  any_kv kv = any_kv(no_kv{});
-  search_budget budget{};
-  sampling main_sampling{};
-  sampling fork_sampling{.temperature = 0.1, .top_p = 1.0, .max_tokens = 4096};
-  int max_streams = 0;                      ///< 0: the backend's limit
-  bool cancel_running_at_round_end = false; ///< also stop running (not only queued) stale jobs
-  bool extract_inline_code = true;          ///< forks of think-then-write traces may answer without fences
-  any_prompt_builder prompt{};              ///< renders each lane's prompt and gives the system prompt
-};
-
-/// The configuration as JSON: what `config_from_json` (modes.hpp) reads back,
-/// and what the journal's run_start records.
-inline nlohmann::json to_json(const engine_config& c) {
-  return {{"seed", c.seed},
-          {"strategy", c.strategy.to_json()},
-          {"trigger", c.trigger.config()},
-          {"termination", c.termination.config()},
-          {"pool", nlohmann::json(c.pool)},
-          {"kv", c.kv.config()},
-          {"budget", detail::write_fields(c.budget)},
-          {"main_sampling", c.main_sampling},
-          {"fork_sampling", c.fork_sampling},
-          {"max_streams", c.max_streams},
-          {"cancel_running_at_round_end", c.cancel_running_at_round_end},
-          {"extract_inline_code", c.extract_inline_code},
-          {"prompt", c.prompt.config()}};
-}
 
 /// Live state of one search, for progress displays.
 struct search_progress {
@@ -277,11 +213,11 @@ class engine final : private stream_sink {
     /// prompts must never share KV blocks.
     std::array<token_id, 2> kv_salt{};
     std::string answer;
-    std::optional<any_trigger> trig;
+    std::optional<policy::any_trigger> trig;
     std::uint64_t last_fork_tokens = 0;
     int forks_this_round = 0;
     int forks_in_flight = 0;
-    int barren_forks = 0;  ///< trigger_context::barren_forks
+    int barren_forks = 0;  ///< policy::trigger_context::barren_forks
     timestamp began{0};
   };
   struct fork_rt {
@@ -532,7 +468,7 @@ void engine<B, E, C>::start_round(search_rt& s) {
   ++s.round;
   s.round_open = true;
   s.res.rounds = s.round + 1;
-  const search_view view{.for_task = s.t.get(), .round = s.round, .records = s.records, .seed = s.seed, .misses = s.misses};
+  const policy::search_view view{.for_task = s.t.get(), .round = s.round, .records = s.records, .seed = s.seed, .misses = s.misses};
   auto plans = cfg_.strategy.plan_round(view);
   s.lanes.clear();
   s.pending_main.clear();
@@ -634,7 +570,7 @@ void engine<B, E, C>::on_chunk(const stream_chunk& c) {
 template <backend B, evaluator E, clock C>
 void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_from) {
   if (s.done || l.ended || l.terminated || !l.trig) return;
-  const trigger_context ctx{.now = loop_.now(),
+  const policy::trigger_context ctx{.now = loop_.now(),
                             .idle_validation = sched_.idle(stage::validate),
                             .idle_profiling = sched_.idle(stage::profile),
                             .validation_queue = sched_.queued(stage::validate),
@@ -643,7 +579,7 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                             .tokens_since_fork = l.reasoning_tokens - l.last_fork_tokens,
                             .forks_this_round = l.forks_this_round,
                             .barren_forks = l.barren_forks};
-  const stream_view view{.text = l.reasoning, .new_from = new_from, .tokens = l.reasoning_tokens};
+  const policy::stream_view view{.text = l.reasoning, .new_from = new_from, .tokens = l.reasoning_tokens};
   auto fire = l.trig->on_chunk(view, ctx);
   if (!fire) return;
   if (active_streams_ >= max_streams_ || !waiting_.empty()) {
@@ -970,7 +906,7 @@ void engine<B, E, C>::finalize(search_rt& s, std::size_t idx, evaluation e, bool
     // The termination policy sees the history *before* this kernel.
     if (r.cand->prov.from == origin::fork && r.cand->prov.round == s.round && !s.done) {
       auto& l = s.lanes[static_cast<std::size_t>(r.cand->prov.lane)];
-      if (!l.ended && !l.terminated && cfg_.termination.should_stop(history_view{.speedups = s.history}, sp))
+      if (!l.ended && !l.terminated && cfg_.termination.should_stop(policy::history_view{.speedups = s.history}, sp))
         terminate_lane(s, l, r.cand->id);
     }
     s.history.push_back(sp);

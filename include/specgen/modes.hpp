@@ -21,7 +21,7 @@
 ///       R"({"mode": "sequential", "seed": 7, "budget": {"max_rounds": 20}})"));
 /// @endcode
 #include <specgen/detail/config.hpp>
-#include <specgen/engine.hpp>
+#include <specgen/engine_config.hpp>
 #include <specgen/expected.hpp>
 
 #include <fmt/format.h>
@@ -79,6 +79,7 @@ inline expected<engine_config, error> mode_config(std::string_view mode, const m
                                 [&](const detail::mode_row& r) { return r.name == mode; });
   if (row == detail::mode_table.end())
     return unexpected(error{fmt::format("unknown mode '{}' (known: {})", mode, fmt::join(mode_names, ", "))});
+  using namespace policy;
   engine_config c;
   if (row->strategy == "refine") c.strategy = refine_best{};
   else if (row->strategy == "parallel") c.strategy = parallel_seeds{{.seeds = o.parallel_seeds}};
@@ -96,36 +97,10 @@ inline expected<engine_config, error> mode_config(std::string_view mode, const m
 }
 
 namespace detail {
-inline expected<void, error> check_known_keys(const nlohmann::json& j, std::string_view where,
-                                              std::initializer_list<std::string_view> known) {
-  for (const auto& [k, _] : j.items())
-    if (std::find(known.begin(), known.end(), k) == known.end()) {
-      std::string list;
-      for (auto n : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
-      return unexpected(error{fmt::format("{}: unknown key '{}' (known: {})", where, k, list)});
-    }
-  return {};
-}
-}  // namespace detail
-
-namespace detail {
-
-/// The keys of a config that choose a policy; a mode sets each of them.
-inline constexpr std::array<std::string_view, 5> policy_keys{"strategy", "trigger", "termination", "pool", "kv"};
-
 inline expected<engine_config, error> config_from(const nlohmann::json& j, std::optional<std::string_view> mode,
                                                   const mode_options& o);
 
 }  // namespace detail
-
-/// Read a search budget: `{"max_rounds": 100, "max_seconds": 0, "max_tokens": 0,
-/// "target_speedup": 1.5, "stop_at_target": false}`. Each field has a range
-/// (docs/policies.md): max_rounds 1..10,000; max_seconds 0 (none) or up to
-/// 10^7 s; target_speedup 0 (none) or 0.001..1000.
-inline expected<search_budget, error> budget_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) return unexpected(error{"budget: expected an object"});
-  return detail::read_fields<search_budget>(j, "budget");
-}
 
 /// An engine configuration from JSON: a `mode` to start from (default
 /// "specgen"), then any of `seed`, `strategy`, `trigger`, `termination`,
@@ -157,7 +132,7 @@ inline expected<engine_config, error> config_with_mode(const nlohmann::json& j, 
   if (!cfg) return cfg;
   const nlohmann::json want = to_json(*base), got = to_json(*cfg);
   std::vector<std::string> conflicts;
-  for (auto key : detail::policy_keys)
+  for (auto key : policy_keys)
     if (j.contains(key) && got[std::string(key)] != want[std::string(key)]) conflicts.emplace_back(key);
   if (!conflicts.empty())
     return unexpected(error{fmt::format(
@@ -174,9 +149,9 @@ namespace detail {
 inline expected<engine_config, error> config_from(const nlohmann::json& j, std::optional<std::string_view> mode,
                                                   const mode_options& o) {
   if (!j.is_object()) return unexpected(error{fmt::format("config: expected a JSON object, got {}", shown(j))});
-  if (auto r = detail::check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv",
-                                                      "budget", "main_sampling", "fork_sampling", "max_streams",
-                                                      "cancel_running_at_round_end", "extract_inline_code", "prompt"});
+  if (auto r = check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv", "budget",
+                                              "main_sampling", "fork_sampling", "max_streams",
+                                              "cancel_running_at_round_end", "extract_inline_code", "prompt"});
       !r)
     return unexpected(r.error());
   auto fail = [](std::string_view key, const error& e) { return unexpected(error{fmt::format("config: {}: {}", key, e.message)}); };
@@ -190,58 +165,7 @@ inline expected<engine_config, error> config_from(const nlohmann::json& j, std::
   auto base = mode_config(start, o);
   if (!base) return unexpected(error{"config: mode: " + base.error().message});
   engine_config c = std::move(*base);
-  // A plain value of the config: read against its range, errors naming the key.
-  auto value = [&](const char* key, auto& out, const auto&... r) -> expected<void, error> {
-    if (!j.contains(key)) return {};
-    if (auto why = read_value(j[key], out, fmt::format("config: {}", key), r...); !why.empty()) return unexpected(error{why});
-    return {};
-  };
-  if (auto r = value("seed", c.seed); !r) return unexpected(r.error());
-  if (j.contains("strategy")) {
-    auto s = make_strategy(j["strategy"]);
-    if (!s) return fail("strategy", s.error());
-    c.strategy = std::move(*s);
-  }
-  if (j.contains("trigger")) {
-    auto t = make_trigger(j["trigger"]);
-    if (!t) return fail("trigger", t.error());
-    c.trigger = std::move(*t);
-  }
-  if (j.contains("termination")) {
-    auto t = make_termination(j["termination"]);
-    if (!t) return fail("termination", t.error());
-    c.termination = std::move(*t);
-  }
-  if (j.contains("pool")) {
-    auto p = make_pool(j["pool"]);
-    if (!p) return fail("pool", p.error());
-    c.pool = std::move(*p);
-  }
-  if (j.contains("kv")) {
-    auto k = make_kv(j["kv"]);
-    if (!k) return fail("kv", k.error());
-    c.kv = std::move(*k);
-  }
-  if (j.contains("prompt")) {
-    auto p = make_prompt_builder(j["prompt"]);
-    if (!p) return fail("prompt", p.error());
-    c.prompt = std::move(*p);
-  }
-  if (j.contains("budget")) {
-    auto b = budget_from_json(j["budget"]);
-    if (!b) return fail("budget", b.error());
-    c.budget = *b;
-  }
-  // 0: the backend's own limit on concurrent streams.
-  if (auto r = value("max_streams", c.max_streams, in_or_zero(1, 65'536, "the backend's limit")); !r) return unexpected(r.error());
-  for (auto [key, target] : {std::pair{"main_sampling", &c.main_sampling}, std::pair{"fork_sampling", &c.fork_sampling}}) {
-    if (!j.contains(key)) continue;
-    auto s = read_fields<sampling>(j[key], fmt::format("config: {}", key), *target);
-    if (!s) return unexpected(s.error());
-    *target = *s;
-  }
-  if (auto r = value("extract_inline_code", c.extract_inline_code); !r) return unexpected(r.error());
-  if (auto r = value("cancel_running_at_round_end", c.cancel_running_at_round_end); !r) return unexpected(r.error());
+  if (auto r = read_config_fields(j, c); !r) return unexpected(r.error());
   return c;
 }
 

@@ -7,7 +7,7 @@
 ///
 /// @code
 ///   specgen::engine_config cfg = specgen::mode_config("specgen").value();
-///   cfg.prompt = specgen::default_prompt_builder{{.log_lines = 20, .max_feedback_kernels = 12}};
+///   cfg.prompt = specgen::policy::default_prompt_builder{{.log_lines = 20, .max_feedback_kernels = 12}};
 ///   // or a host's own type with build(const prompt_content&), system() and name()
 /// @endcode
 #include <specgen/detail/config.hpp>
@@ -110,7 +110,7 @@ struct shown_kernel {
 };
 
 /// What a strategy chose for one lane's prompt; a prompt builder renders it.
-/// The pointers point into the search's records (`search_view::records`):
+/// The pointers point into the search's records (`policy::search_view::records`):
 /// render before the search changes.
 struct prompt_content {
   const task* for_task = nullptr;
@@ -451,6 +451,8 @@ inline std::string system_prompt() {
          "are typed literals: 1e-5:f32 (float), 0.5:f64 (double), 3:u32, -1:i64.";
 }
 
+namespace policy {
+
 /**
  * The prompt every built-in strategy uses: the task; each kernel to build on
  * under a `kernel_heading` with what was measured and its source; then the
@@ -462,6 +464,7 @@ inline std::string system_prompt() {
  */
 struct default_prompt_builder {
   prompt_params p{};
+  [[nodiscard]] const prompt_params& get_params() const noexcept { return p; }
 
   [[nodiscard]] std::string name() const { return "default"; }
   [[nodiscard]] std::string system() const { return system_prompt(); }
@@ -569,66 +572,6 @@ struct default_prompt_builder {
   }
 };
 
-/// A prompt builder: renders a strategy's choice into the prompt text, and
-/// gives the system prompt (the output contract the extraction relies on).
-template <class B>
-concept prompt_builder = std::copy_constructible<B> && requires(const B& b, const prompt_content& c) {
-  { b.build(c) } -> std::same_as<std::string>;
-  { b.system() } -> std::same_as<std::string>;
-  { b.name() } -> std::convertible_to<std::string>;
-};
-
-/// Type-erased prompt builder, so a config picks one at run time.
-class any_prompt_builder {
- public:
-  template <prompt_builder B>
-    requires(!std::same_as<std::remove_cvref_t<B>, any_prompt_builder>)
-  any_prompt_builder(B b) : self_(std::make_shared<model<B>>(std::move(b))) {}  // NOLINT implicit by design
-  any_prompt_builder() : any_prompt_builder(default_prompt_builder{}) {}
-
-  [[nodiscard]] std::string build(const prompt_content& c) const { return self_->build(c); }
-  [[nodiscard]] std::string system() const { return self_->system(); }
-  [[nodiscard]] std::string name() const { return self_->name(); }
-  /// `{"default": {...}}` for the default builder, `{"custom": name}` for a host's own.
-  [[nodiscard]] nlohmann::json config() const { return self_->config(); }
-
- private:
-  struct concept_t {
-    virtual ~concept_t() = default;
-    virtual std::string build(const prompt_content&) const = 0;
-    virtual std::string system() const = 0;
-    virtual std::string name() const = 0;
-    virtual nlohmann::json config() const = 0;
-  };
-  template <class B>
-  struct model final : concept_t {
-    explicit model(B b) : b_(std::move(b)) {
-      if constexpr (requires { detail::write_fields(b_.p); }) detail::require_valid(b_.p, "prompt " + b_.name());
-    }
-    std::string build(const prompt_content& c) const override { return b_.build(c); }
-    std::string system() const override { return b_.system(); }
-    std::string name() const override { return b_.name(); }
-    nlohmann::json config() const override {
-      if constexpr (std::same_as<B, default_prompt_builder>) return {{"default", detail::write_fields(b_.p)}};
-      else return {{"custom", std::string(b_.name())}};
-    }
-    B b_;
-  };
-  std::shared_ptr<const concept_t> self_;
-};
-
-static_assert(prompt_builder<default_prompt_builder>);
-static_assert(prompt_builder<any_prompt_builder>);
-
-/// A prompt builder from JSON: `"default"` or `{"default": {"log_lines": 20, "max_feedback_kernels": 12}}`.
-inline expected<any_prompt_builder, error> make_prompt_builder(const nlohmann::json& j) {
-  auto cfg = detail::split_config(j, "prompt", "default");
-  if (!cfg) return unexpected(cfg.error());
-  if (cfg->kind != "default")
-    return unexpected(error{fmt::format("prompt: unknown kind '{}' (known: default; a host's own builder is set in code)", cfg->kind)});
-  auto p = detail::read_fields<prompt_params>(*cfg->body, "prompt default");
-  if (!p) return unexpected(p.error());
-  return any_prompt_builder(default_prompt_builder{*p});
-}
+}  // namespace policy
 
 SPECGEN_END_NAMESPACE

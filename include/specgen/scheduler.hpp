@@ -11,7 +11,7 @@
 ///   specgen::event_loop<specgen::virtual_clock> loop;
 ///   specgen::sim::simulated_device dev(loop, table, {.devices = 4});  // any evaluator
 ///   specgen::device_scheduler sched(loop, dev.devices(), dev.compile_slots(),
-///                                   specgen::elastic{}, specgen::callbacks_for(dev));
+///                                   specgen::policy::elastic{}, specgen::callbacks_for(dev));
 ///   sched.enqueue(specgen::stage::compile, cand, task, /*group=*/round, [&](specgen::eval_outcome o) {
 ///     if (!o.cancelled && o.result.kind == specgen::verdict_kind::ok)
 ///       sched.enqueue(specgen::stage::validate, cand, task, round, on_validated);
@@ -19,7 +19,7 @@
 ///   loop.run();  // returns once every job has finished
 /// @endcode
 ///
-/// Rules, in the paper's terms (the SpecGen paper's elastic scheduler):
+/// Rules, in the paper's terms (the SpecGen paper's policy::elastic scheduler):
 /// - one job per device; validation jobs go to devices whose role is
 ///   validation, profiling jobs to profiling devices;
 /// - validation is served in the policy's order (LIFO in the paper), profiling
@@ -132,7 +132,7 @@ class device_scheduler {
   /// `devices` evaluation devices (0 is allowed: every validation or profiling
   /// job then comes back cancelled with a summary that says why), `compile_slots`
   /// concurrent compile jobs. Both callbacks are required.
-  device_scheduler(executor& exec, int devices, int compile_slots, any_pool policy, scheduler_callbacks cb)
+  device_scheduler(executor& exec, int devices, int compile_slots, policy::any_pool policy, scheduler_callbacks cb)
       : exec_(exec), compile_slots_(compile_slots), policy_(std::move(policy)), cb_(std::move(cb)) {
     if (devices < 0 || compile_slots < 0)
       throw std::invalid_argument("device_scheduler: devices and compile_slots must be >= 0");
@@ -142,7 +142,7 @@ class device_scheduler {
     since_ = epoch_start_ = t0;
     devices_.resize(static_cast<std::size_t>(devices), device_state{.role_since = t0});
     // The first epoch starts now, with nothing observed yet.
-    assign_roles(std::clamp(policy_.validation_devices(queue_peaks{}, devices), 0, devices), t0);
+    assign_roles(std::clamp(policy_.validation_devices(policy::queue_peaks{}, devices), 0, devices), t0);
   }
 
   device_scheduler(const device_scheduler&) = delete;  // timers and evaluator callbacks capture `this`
@@ -229,7 +229,7 @@ class device_scheduler {
     return static_cast<int>(
         std::count_if(devices_.begin(), devices_.end(), [&](const device_state& d) { return d.role == r; }));
   }
-  [[nodiscard]] const any_pool& policy() const noexcept { return policy_; }
+  [[nodiscard]] const policy::any_pool& policy() const noexcept { return policy_; }
 
   /// Accounting since construction or the last `reset_stats()`, up to now.
   [[nodiscard]] scheduler_stats stats() const {
@@ -368,7 +368,7 @@ class device_scheduler {
   }
 
   void rebalance(timestamp when) {
-    const queue_peaks last = peaks_;
+    const policy::queue_peaks last = peaks_;
     peaks_ = {queued(stage::validate), queued(stage::profile)};
     assign_roles(std::clamp(policy_.validation_devices(last, devices()), 0, devices()), when);
     ++rebalances_;
@@ -444,9 +444,9 @@ class device_scheduler {
 
   queued_job pop(stage s) {
     auto& q = queues_[at(s)];
-    const queue_order order = s == stage::profile ? queue_order::fifo : policy_.validation_order();
-    queued_job j = std::move(order == queue_order::lifo ? q.back() : q.front());
-    if (order == queue_order::lifo) q.pop_back();
+    const policy::queue_order order = s == stage::profile ? policy::queue_order::fifo : policy_.validation_order();
+    queued_job j = std::move(order == policy::queue_order::lifo ? q.back() : q.front());
+    if (order == policy::queue_order::lifo) q.pop_back();
     else q.pop_front();
     return j;
   }
@@ -504,7 +504,7 @@ class device_scheduler {
 
   executor& exec_;
   int compile_slots_;
-  any_pool policy_;
+  policy::any_pool policy_;
   scheduler_callbacks cb_;
   std::vector<device_state> devices_;
   std::array<std::deque<queued_job>, 3> queues_;  ///< indexed by stage
@@ -519,7 +519,7 @@ class device_scheduler {
 
   timestamp epoch_start_{0};
   std::optional<timer_id> epoch_timer_;
-  queue_peaks peaks_;  ///< of the epoch in progress
+  policy::queue_peaks peaks_;  ///< of the epoch in progress
 
   timestamp since_{0};
   std::array<duration, 3> busy_{};       ///< closed busy intervals, by job stage

@@ -45,7 +45,7 @@ hostile_config_refused(seeds_1e6 "strategy parallel.seeds: must be an integer in
 hostile_config_refused(samples_2e9 "fence_closed.samples: must be an integer in \\[1, 64\\]")
 hostile_config_refused(population_1e9 "evolve.population: must be an integer in \\[1, 100000\\]")
 # An epoch of a nanosecond never let the run end.
-hostile_config_refused(interval_1e-9 "pool.elastic.interval_s: must be a number in \\[0.1, 86400\\], or 0 for never")
+hostile_config_refused(interval_1e-9 "pool elastic.interval_s: must be a number in \\[0.1, 86400\\], or 0 for never")
 hostile_config_refused(empty_phrase "phrases\\[0\\] is empty")
 hostile_config_refused(huge_number "huge_number.json: not valid JSON: .*1e999")
 # --mode sequential with a config that sets a trigger printed "sequential" and ran forks.

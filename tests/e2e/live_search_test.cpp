@@ -28,6 +28,7 @@
 #include <string>
 
 using namespace specgen;
+using namespace specgen::policy;
 namespace fs = std::filesystem;
 
 namespace {

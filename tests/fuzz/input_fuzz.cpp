@@ -54,6 +54,7 @@
 namespace {
 
 using namespace specgen;
+using namespace specgen::policy;
 namespace fs = std::filesystem;
 
 enum class kind : std::uint8_t { task, config, trace, cost_table };

@@ -16,6 +16,7 @@
 #include <sstream>
 
 using namespace specgen;
+using namespace specgen::policy;
 
 namespace {
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 using namespace specgen;
+using namespace specgen::policy;
 
 namespace {
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 using namespace specgen;
+using namespace specgen::policy;
 
 TEST_CASE("every mode's configuration reads back from its own JSON") {
   for (auto name : mode_names) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 using namespace specgen;
+using namespace specgen::policy;
 
 namespace {
 
@@ -487,7 +488,7 @@ TEST_CASE("the same scheduler runs on a real-time loop and lets it finish") {
   event_loop<steady_clock> loop;
   fake_evaluator ev{.ex = loop};
   for (auto& [s, d] : ev.by_stage) d = std::chrono::milliseconds(1);
-  device_scheduler sched(loop, 2, 1, elastic{.interval = std::chrono::milliseconds(2)}, callbacks_for(ev));
+  device_scheduler sched(loop, 2, 1, elastic{.interval = std::chrono::milliseconds(100)}, callbacks_for(ev));
   outcomes out;
   for (candidate_id c = 1; c <= 6; ++c) sched.enqueue(static_cast<stage>(c % 3), cand(c), the_task, 0, out.record());
   loop.run();

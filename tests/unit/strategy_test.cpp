@@ -1,12 +1,14 @@
 // Strategies build each round's prompts from the search so far; the prompt
 // renders feedback a model can act on.
 #include <specgen/policy/strategy.hpp>
+#include <specgen/policy/prompt.hpp>
 #include <specgen/prompt.hpp>
 #include <specgen/replay/responsive.hpp>
 
 #include <catch2/catch.hpp>
 
 using namespace specgen;
+using namespace specgen::policy;
 
 namespace {
 
@@ -185,7 +187,7 @@ TEST_CASE("strategies come from JSON, and mistakes are named") {
   CHECK(make_strategy(nlohmann::json::parse(R"({"parallel": {"seeds": 6}})"))->lanes() == 6);
   auto ev = make_strategy(nlohmann::json::parse(R"({"evolve": {"lanes": 2, "population": 4}})"));
   REQUIRE(ev);
-  CHECK(ev->to_json() == nlohmann::json::parse(R"({"evolve": {"lanes": 2, "population": 4, "tournament": 3, "inspirations": 1}})"));
+  CHECK(ev->config() == nlohmann::json::parse(R"({"evolve": {"lanes": 2, "population": 4, "tournament": 3, "inspirations": 1}})"));
   CHECK_THAT(make_strategy("beam").error().message, Catch::Contains("unknown kind 'beam'"));
   CHECK_THAT(make_strategy(nlohmann::json::parse(R"({"parallel": {"seed": 2}})")).error().message,
              Catch::Contains("unknown parameter 'seed'"));

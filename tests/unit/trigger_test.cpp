@@ -10,6 +10,7 @@
 #include <vector>
 
 using namespace specgen;
+using namespace specgen::policy;
 
 namespace {
 
@@ -381,9 +382,9 @@ TEST_CASE("trigger configs round-trip through JSON") {
     CHECK(back->config() == t.config());
     CHECK(back->name() == t.name());
   }
-  CHECK(nlohmann::json(triggers::fence_closed::params{}) ==
+  CHECK(specgen::detail::write_fields(triggers::fence_closed::params{}) ==
         nlohmann::json::parse(R"({"samples": 2, "languages": ["cuda", "cu", "cpp", "c++"]})"));
-  CHECK(make_trigger("fence_closed")->config() == triggers::fence_closed{}.config());
+  CHECK(make_trigger("fence_closed")->config() == config_of(triggers::fence_closed{}));
   CHECK(make_trigger("default")->config() == default_trigger().config());
 }
 

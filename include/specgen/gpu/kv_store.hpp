@@ -15,7 +15,7 @@
 ///   using namespace specgen;
 ///   auto store = gpu::kv_store::create({.block_bytes = kv_model{}.bytes_per_block()});
 ///   if (!store) return fmt::print("{}\n", store.error().message);   // "no GPU: ..." without one
-///   any_kv kv = gpu::make_gpu_kv(*store, kv_model{});                // for engine_config::kv
+///   policy::any_kv kv = gpu::make_gpu_kv(*store, kv_model{});                // for engine_config::kv
 ///   pool_config.before_job = [s = *store](int device, std::uint64_t bytes) { s->make_room(device, bytes); };
 /// @endcode
 /// Implemented in src/gpu/kv/ (target `specgen::gpu_kv`). No CUDA type appears here.
@@ -285,10 +285,10 @@ class kv_store final : public kv_backing {
  *   if (kv) config.kv = std::move(*kv);
  * @endcode
  */
-expected<any_kv, error> make_gpu_kv(const kv_model& model, kv_store_config config = {});
+expected<policy::any_kv, error> make_gpu_kv(const kv_model& model, kv_store_config config = {});
 /// Over a store shared with, say, the pool's `before_job` hook. Throws
 /// std::invalid_argument when the store's blocks are not the model's.
-any_kv make_gpu_kv(std::shared_ptr<kv_store> store, const kv_model& model);
+policy::any_kv make_gpu_kv(std::shared_ptr<kv_store> store, const kv_model& model);
 
 /// What a client's fetch found.
 struct kv_client_fetch {

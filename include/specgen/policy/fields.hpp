@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -241,7 +242,7 @@ struct policy_config {
 
 inline expected<policy_config, error> split_config(const nlohmann::json& j, std::string_view what,
                                                    std::string_view known,
-                                                   std::initializer_list<std::string_view> extra_keys = {}) {
+                                                   std::span<const std::string_view> extra_keys = {}) {
   if (j.is_string()) return policy_config{j.get<std::string>(), &policy_config::null_json()};
   if (j.is_object()) {
     policy_config out;

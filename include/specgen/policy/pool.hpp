@@ -9,10 +9,10 @@
 /// independent knobs, so the ablation ladder is three configurations:
 ///
 /// @code
-///   specgen::any_pool spec     = specgen::static_split{};                                 // +spec
-///   specgen::any_pool elastic  = specgen::elastic{.validation = specgen::queue_order::fifo};  // +elastic
-///   specgen::any_pool priority = specgen::elastic{};                                      // +priority
-///   auto from_config = specgen::make_pool(nlohmann::json::parse(R"({"elastic":{"interval_s":2}})"));
+///   specgen::policy::any_pool spec     = specgen::policy::static_split{};                                 // +spec
+///   specgen::policy::any_pool elastic  = specgen::policy::elastic{.validation = specgen::policy::queue_order::fifo};  // +elastic
+///   specgen::policy::any_pool priority = specgen::policy::elastic{};                                      // +priority
+///   auto from_config = specgen::policy::make_pool(nlohmann::json::parse(R"({"elastic":{"interval_s":2}})"));
 /// @endcode
 ///
 /// The profiling queue is always FIFO (the paper's choice; a profile has no
@@ -20,7 +20,7 @@
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
-#include <specgen/policy/fields.hpp>
+#include <specgen/policy/family.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -40,6 +40,17 @@
 #include <utility>
 
 SPECGEN_BEGIN_NAMESPACE
+
+namespace detail {
+/// `n * num / den` rounded to nearest (halves up), exact in integers.
+constexpr int round_share(int n, std::size_t num, std::size_t den) noexcept {
+  const auto nn = static_cast<std::uint64_t>(n);
+  return static_cast<int>((2 * nn * num + den) / (2 * den));
+}
+}  // namespace detail
+
+namespace policy {
+
 
 /// Service order of a queue. `lifo` serves the latest arrival first.
 enum class queue_order : std::uint8_t { fifo, lifo };
@@ -75,18 +86,10 @@ concept pool_policy = requires(const P& p, const queue_peaks& q, int devices) {
   { p.name() } -> std::convertible_to<std::string>;
 };
 
-namespace detail {
-/// `n * num / den` rounded to nearest (halves up), exact in integers.
-constexpr int round_share(int n, std::size_t num, std::size_t den) noexcept {
-  const auto nn = static_cast<std::uint64_t>(n);
-  return static_cast<int>((2 * nn * num + den) / (2 * den));
-}
-}  // namespace detail
-
 /// A fixed split, decided once: the baselines' statically partitioned pools.
 ///
 /// @code
-///   specgen::static_split s{.validation_fraction = 0.25};
+///   specgen::policy::static_split s{.validation_fraction = 0.25};
 ///   s.validation_devices({}, 8);  // 2
 /// @endcode
 struct static_split {
@@ -124,7 +127,7 @@ struct static_split {
 /// too (see device_scheduler).
 ///
 /// @code
-///   specgen::elastic e;                                  // min 1 + 1, LIFO, 5 s epochs
+///   specgen::policy::elastic e;                                  // min 1 + 1, LIFO, 5 s epochs
 ///   e.validation_devices({.validation = 6, .profiling = 2}, 8);  // 6
 ///   e.validation_devices({}, 8);                                 // 4 (both empty: even)
 /// @endcode
@@ -165,136 +168,62 @@ struct elastic {
 static_assert(pool_policy<static_split>);
 static_assert(pool_policy<elastic>);
 
-// ---- JSON ---------------------------------------------------------------------
-
-inline void to_json(nlohmann::json& j, queue_order o) { j = std::string(to_string(o)); }
-inline void to_json(nlohmann::json& j, const static_split& p) { j = detail::write_fields(p); }
-inline void to_json(nlohmann::json& j, const elastic& p) { j = detail::write_fields(p); }
-
-namespace detail {
-/// Throws for nlohmann's `get<T>()` protocol, with the same message make_pool gives.
-template <class T>
-void assign_or_throw(expected<T> r, T& out) {
-  if (!r) throw std::invalid_argument(r.error().message);
-  out = std::move(*r);
-}
-}  // namespace detail
-
-inline void from_json(const nlohmann::json& j, queue_order& o) {
-  const auto parsed = j.is_string() ? parse_queue_order(j.get<std::string>()) : std::nullopt;
-  if (!parsed) throw std::invalid_argument("queue order must be \"fifo\" or \"lifo\", got " + detail::shown(j));
-  o = *parsed;
-}
-inline void from_json(const nlohmann::json& j, static_split& p) {
-  detail::assign_or_throw(detail::read_fields<static_split>(j, "static_split"), p);
-}
-inline void from_json(const nlohmann::json& j, elastic& p) {
-  detail::assign_or_throw(detail::read_fields<elastic>(j, "elastic"), p);
-}
-
-// ---- type erasure ---------------------------------------------------------------
-
-namespace detail {
-struct pool_model_base {
-  virtual ~pool_model_base() = default;
-  [[nodiscard]] virtual int validation_devices(const queue_peaks& q, int devices) const = 0;
-  [[nodiscard]] virtual queue_order validation_order() const = 0;
-  [[nodiscard]] virtual duration rebalance_interval() const = 0;
-  [[nodiscard]] virtual std::string name() const = 0;
-  [[nodiscard]] virtual nlohmann::json params() const = 0;
-  [[nodiscard]] virtual const void* target(const std::type_info& t) const noexcept = 0;
+/// How `any_pool` forwards the family's calls.
+struct pool_interface {
+  struct calls {
+    virtual ~calls() = default;
+    [[nodiscard]] virtual int validation_devices(const queue_peaks& q, int devices) const = 0;
+    [[nodiscard]] virtual queue_order validation_order() const = 0;
+    [[nodiscard]] virtual duration rebalance_interval() const = 0;
+  };
+  template <class Base, class T>
+  struct impl : detail::policy_holder<Base, T> {
+    using detail::policy_holder<Base, T>::policy_holder;
+    int validation_devices(const queue_peaks& q, int devices) const override { return this->value.validation_devices(q, devices); }
+    queue_order validation_order() const override { return this->value.validation_order(); }
+    duration rebalance_interval() const override { return this->value.rebalance_interval(); }
+  };
 };
-
-template <class P>
-struct pool_model final : pool_model_base {
-  explicit pool_model(P p) : policy(std::move(p)) {}
-  int validation_devices(const queue_peaks& q, int devices) const override {
-    return policy.validation_devices(q, devices);
-  }
-  queue_order validation_order() const override { return policy.validation_order(); }
-  duration rebalance_interval() const override { return policy.rebalance_interval(); }
-  std::string name() const override { return std::string(policy.name()); }
-  nlohmann::json params() const override {
-    if constexpr (requires { nlohmann::json(policy); }) return nlohmann::json(policy);
-    else return nlohmann::json::object();  // a user policy without to_json: its name still identifies it
-  }
-  const void* target(const std::type_info& t) const noexcept override {
-    return t == typeid(P) ? &policy : nullptr;
-  }
-  P policy;
-};
-}  // namespace detail
 
 /// Any pool policy, chosen at run time (from a CLI flag or a JSON config).
 /// Copies share the immutable policy. Defaults to the paper's `elastic{}`.
 ///
 /// @code
-///   specgen::any_pool p = specgen::static_split{.validation_fraction = 0.75};
-///   p.name();                          // "static_split"
-///   p.target<specgen::static_split>(); // the params, or nullptr for another type
+///   specgen::policy::any_pool p = specgen::policy::static_split{.validation_fraction = 0.75};
+///   p.name();                                  // "static_split"
+///   p.target<specgen::policy::static_split>(); // the params, or nullptr for another type
 /// @endcode
-class any_pool {
+class any_pool : public basic_any<pool_interface, ownership::shared> {
  public:
   any_pool() : any_pool(elastic{}) {}
   template <pool_policy P>
-    requires(!std::same_as<std::remove_cvref_t<P>, any_pool>)
-  any_pool(P p)  // NOLINT(google-explicit-constructor): a policy is-an any_pool
-      : self_(std::make_shared<const detail::pool_model<P>>(std::move(p))) {}
+    requires(!std::derived_from<std::remove_cvref_t<P>, any_pool>)
+  any_pool(P p) : basic_any(std::move(p)) {}  // NOLINT(google-explicit-constructor): a policy is-an any_pool
 
-  [[nodiscard]] int validation_devices(const queue_peaks& q, int devices) const {
-    return self_->validation_devices(q, devices);
-  }
-  [[nodiscard]] queue_order validation_order() const { return self_->validation_order(); }
-  [[nodiscard]] duration rebalance_interval() const { return self_->rebalance_interval(); }
-  [[nodiscard]] std::string name() const { return self_->name(); }
-  /// The policy's parameters as JSON (an empty object for a policy without `to_json`).
-  [[nodiscard]] nlohmann::json params() const { return self_->params(); }
-
-  template <class P>
-  [[nodiscard]] const P* target() const noexcept {
-    return static_cast<const P*>(self_->target(typeid(P)));
-  }
-
- private:
-  std::shared_ptr<const detail::pool_model_base> self_;
+  [[nodiscard]] int validation_devices(const queue_peaks& q, int devices) const { return self().validation_devices(q, devices); }
+  [[nodiscard]] queue_order validation_order() const { return self().validation_order(); }
+  [[nodiscard]] duration rebalance_interval() const { return self().rebalance_interval(); }
 };
 
 static_assert(pool_policy<any_pool>);
 
-/// `{"<name>": {params}}`, the form `make_pool` reads.
-inline void to_json(nlohmann::json& j, const any_pool& p) { j = {{p.name(), p.params()}}; }
+/// The pool family: its name in configs and its kinds.
+struct pool_family {
+  using any = any_pool;
+  static constexpr std::string_view name = "pool";
+  static constexpr std::array<builder<any_pool>, 2> kinds{{from_params<any_pool, elastic>("elastic"),
+                                                           from_params<any_pool, static_split>("static_split")}};
+};
 
 /// Build a pool policy from a config: `{"elastic": {...}}`, `{"static_split": {...}}`,
 /// or just the name for the defaults (`"elastic"`). Unknown names and keys are errors.
 ///
 /// @code
-///   auto p = specgen::make_pool(R"({"static_split":{"validation_fraction":0.25}})"_json);
+///   auto p = specgen::policy::make_pool(nlohmann::json::parse(R"({"static_split":{"validation_fraction":0.25}})"));
 ///   if (!p) std::cerr << p.error().message << '\n';
 /// @endcode
-inline expected<any_pool> make_pool(const nlohmann::json& config) {
-  std::string name;
-  const nlohmann::json* params = &detail::policy_config::null_json();  // defaults; no copy of a large config
-  if (config.is_string()) {
-    name = config.get<std::string>();
-  } else if (config.is_object() && config.size() == 1) {
-    name = config.begin().key();
-    params = &config.begin().value();
-  } else {
-    return unexpected(error{"pool: expected a policy name or an object with one key (the policy name), got " +
-                            detail::shown(config)});
-  }
-  const std::string where = "pool." + name;
-  if (name == "elastic") {
-    auto p = detail::read_fields<elastic>(*params, where);
-    if (!p) return unexpected(p.error());
-    return any_pool(*p);
-  }
-  if (name == "static_split") {
-    auto p = detail::read_fields<static_split>(*params, where);
-    if (!p) return unexpected(p.error());
-    return any_pool(*p);
-  }
-  return unexpected(error{"pool: unknown policy \"" + name + "\"; expected one of: elastic, static_split"});
-}
+inline expected<any_pool, error> make_pool(const nlohmann::json& config) { return make<pool_family>(config); }
+
+}  // namespace policy
 
 SPECGEN_END_NAMESPACE

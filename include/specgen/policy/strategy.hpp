@@ -9,12 +9,12 @@
 /// Keeping strategies stateless makes resume-from-journal exact.
 ///
 /// @code
-///   specgen::any_strategy s = specgen::evolve{{.lanes = 4, .population = 8}};
+///   specgen::policy::any_strategy s = specgen::policy::evolve{{.lanes = 4, .population = 8}};
 ///   auto lanes = s.plan_round(view);   // 4 prompts, parents chosen by tournament
 /// @endcode
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
-#include <specgen/policy/fields.hpp>
+#include <specgen/policy/family.hpp>
 #include <specgen/prompt.hpp>
 #include <specgen/task.hpp>
 #include <specgen/types.hpp>
@@ -32,6 +32,8 @@
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
+
+namespace policy {
 
 /// What a strategy sees of a search when it plans a round.
 struct search_view {
@@ -52,15 +54,17 @@ struct lane_plan {
 };
 
 template <class S>
-concept search_strategy = std::copy_constructible<S> && requires(const S& s, const search_view& v) {
+concept search_strategy = requires(const S& s, const search_view& v) {
   { s.plan_round(v) } -> std::same_as<std::vector<lane_plan>>;
   { s.name() } -> std::convertible_to<std::string>;
   { s.lanes() } -> std::convertible_to<int>;
-};
+} && std::copy_constructible<S>;  // members first: `expected<any_strategy>` is no strategy, without recursing into its copy
+
+}  // namespace policy
 
 namespace detail {
 /// Records of `round` (optionally of one lane), in creation order.
-inline std::vector<const candidate_record*> records_of(const search_view& v, int round, int lane = -1) {
+inline std::vector<const candidate_record*> records_of(const policy::search_view& v, int round, int lane = -1) {
   std::vector<const candidate_record*> out;
   for (const auto& r : v.records)
     if (r.cand->prov.round == round && (lane < 0 || r.cand->prov.lane == lane)) out.push_back(&r);
@@ -68,7 +72,7 @@ inline std::vector<const candidate_record*> records_of(const search_view& v, int
 }
 
 /// The fastest profiled record (optionally of one lane); ties go to the earlier.
-inline const candidate_record* best_of(const search_view& v, int lane = -1) {
+inline const candidate_record* best_of(const policy::search_view& v, int lane = -1) {
   const candidate_record* best = nullptr;
   for (const auto& r : v.records)
     if (r.profiled() && (lane < 0 || r.cand->prov.lane == lane) && (!best || r.speedup() > best->speedup()))
@@ -77,7 +81,7 @@ inline const candidate_record* best_of(const search_view& v, int lane = -1) {
 }
 
 /// Answers of `round` (optionally of one lane) from which no kernel could be extracted.
-inline std::vector<const extract_miss*> misses_of(const search_view& v, int round, int lane = -1) {
+inline std::vector<const extract_miss*> misses_of(const policy::search_view& v, int round, int lane = -1) {
   std::vector<const extract_miss*> out;
   for (const auto& m : v.misses)
     if (m.prov.round == round && (lane < 0 || m.prov.lane == lane)) out.push_back(&m);
@@ -86,7 +90,7 @@ inline std::vector<const extract_miss*> misses_of(const search_view& v, int roun
 
 /// The kernel a lane wrote last in `round`: its final answer if it gave one,
 /// else its newest draft; nullptr when it wrote none.
-inline const candidate_record* last_of(const search_view& v, int round, int lane = -1) {
+inline const candidate_record* last_of(const policy::search_view& v, int round, int lane = -1) {
   const candidate_record* last = nullptr;
   for (const auto& r : v.records) {
     if (r.cand->prov.round != round || (lane >= 0 && r.cand->prov.lane != lane)) continue;
@@ -97,9 +101,9 @@ inline const candidate_record* last_of(const search_view& v, int round, int lane
 
 /// A lane's prompt content: the task, the kernels shown with their roles, the
 /// round before's attempts and answers without a kernel (of `lane`, or all).
-inline lane_plan make_lane(const search_view& v, int lane, std::vector<shown_kernel> kernels, int feedback_lane,
+inline policy::lane_plan make_lane(const policy::search_view& v, int lane, std::vector<shown_kernel> kernels, int feedback_lane,
                            std::string instruction) {
-  lane_plan lp{.lane = lane, .content = {}, .parents = {}};
+  policy::lane_plan lp{.lane = lane, .content = {}, .parents = {}};
   lp.content.for_task = v.for_task;
   lp.content.round = v.round;
   for (const auto& k : kernels) lp.parents.push_back(k.record->cand->id);
@@ -111,6 +115,8 @@ inline lane_plan make_lane(const search_view& v, int lane, std::vector<shown_ker
 }
 }  // namespace detail
 
+namespace policy {
+
 /// Iterative refinement of the best kernel with judge-style feedback (as
 /// CudaForge does): the prompt shows the best kernel so far and the last one
 /// written, and reports the round before's attempts.
@@ -120,6 +126,7 @@ struct refine_best {
     static void fields(Self&, F&&) {}  // nothing to configure
     friend bool operator==(const params&, const params&) = default;
   } p{};
+  [[nodiscard]] const params& get_params() const noexcept { return p; }
 
   [[nodiscard]] std::string name() const { return "refine"; }
   [[nodiscard]] int lanes() const noexcept { return 1; }
@@ -145,6 +152,7 @@ struct parallel_seeds {
     }
     friend bool operator==(const params&, const params&) = default;
   } p{};
+  [[nodiscard]] const params& get_params() const noexcept { return p; }
 
   [[nodiscard]] std::string name() const { return "parallel"; }
   [[nodiscard]] int lanes() const noexcept { return p.seeds; }
@@ -178,6 +186,7 @@ struct evolve {
     }
     friend bool operator==(const params&, const params&) = default;
   } p{};
+  [[nodiscard]] const params& get_params() const noexcept { return p; }
 
   [[nodiscard]] std::string name() const { return "evolve"; }
   [[nodiscard]] int lanes() const noexcept { return p.lanes; }
@@ -215,51 +224,34 @@ struct evolve {
   }
 };
 
+/// How `any_strategy` forwards the family's calls.
+struct strategy_interface {
+  struct calls {
+    virtual ~calls() = default;
+    virtual std::vector<lane_plan> plan_round(const search_view&) const = 0;
+    virtual int lanes() const = 0;
+  };
+  template <class Base, class T>
+  struct impl : detail::policy_holder<Base, T> {
+    using detail::policy_holder<Base, T>::policy_holder;
+    std::vector<lane_plan> plan_round(const search_view& v) const override { return this->value.plan_round(v); }
+    int lanes() const override { return this->value.lanes(); }
+  };
+};
+
 /// Type-erased strategy, so a CLI or JSON config picks one at run time.
-class any_strategy {
+/// Strategies are immutable once built: copies share one instance.
+class any_strategy : public basic_any<strategy_interface, ownership::shared> {
  public:
   /// Throws std::invalid_argument when a built-in strategy's params are out
   /// of range (a programming error: JSON configs are checked where read).
   template <search_strategy S>
-    requires(!std::same_as<std::remove_cvref_t<S>, any_strategy>)
-  any_strategy(S s) : self_(std::make_shared<model<S>>(checked(std::move(s)))) {}  // NOLINT implicit by design
+    requires(!std::derived_from<std::remove_cvref_t<S>, any_strategy>)
+  any_strategy(S s) : basic_any(std::move(s)) {}  // NOLINT implicit by design
   any_strategy() : any_strategy(refine_best{}) {}
 
-  [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const { return self_->plan_round(v); }
-  [[nodiscard]] std::string name() const { return self_->name(); }
-  [[nodiscard]] int lanes() const { return self_->lanes(); }
-  [[nodiscard]] nlohmann::json to_json() const { return self_->to_json(); }
-
- private:
-  struct concept_t {
-    virtual ~concept_t() = default;
-    virtual std::vector<lane_plan> plan_round(const search_view&) const = 0;
-    virtual std::string name() const = 0;
-    virtual int lanes() const = 0;
-    virtual nlohmann::json to_json() const = 0;
-  };
-  template <class S>
-  struct model final : concept_t {
-    explicit model(S s) : s_(std::move(s)) {}
-    std::vector<lane_plan> plan_round(const search_view& v) const override { return s_.plan_round(v); }
-    std::string name() const override { return s_.name(); }
-    int lanes() const override { return s_.lanes(); }
-    nlohmann::json to_json() const override { return strategy_json(s_); }
-    S s_;
-  };
-  // Strategies are immutable once built: sharing the model is safe and makes copies cheap.
-  std::shared_ptr<const concept_t> self_;
-
-  template <class S>
-  static S checked(S s) {
-    if constexpr (requires { detail::write_fields(s.p); }) detail::require_valid(s.p, s.name());
-    return s;
-  }
-  template <class S>
-  static nlohmann::json strategy_json(const S& s) {
-    if constexpr (requires { detail::write_fields(s.p); }) return {{s.name(), detail::write_fields(s.p)}};
-    else return {{"custom", s.name()}};
-  }
+  [[nodiscard]] std::vector<lane_plan> plan_round(const search_view& v) const { return self().plan_round(v); }
+  [[nodiscard]] int lanes() const { return self().lanes(); }
 };
 
 static_assert(search_strategy<refine_best>);
@@ -267,21 +259,19 @@ static_assert(search_strategy<parallel_seeds>);
 static_assert(search_strategy<evolve>);
 static_assert(search_strategy<any_strategy>);
 
+/// The strategy family: its name in configs and its kinds.
+struct strategy_family {
+  using any = any_strategy;
+  static constexpr std::string_view name = "strategy";
+  static constexpr std::array<builder<any_strategy>, 3> kinds{{from_params<any_strategy, refine_best>("refine"),
+                                                               from_params<any_strategy, parallel_seeds>("parallel"),
+                                                               from_params<any_strategy, evolve>("evolve")}};
+};
+
 /// Build a strategy from JSON: `"refine"`, `{"parallel": {"seeds": 4}}`,
 /// `{"evolve": {"lanes": 4, "population": 8, "tournament": 3}}`.
-inline expected<any_strategy, error> make_strategy(const nlohmann::json& j) {
-  auto cfg = detail::split_config(j, "strategy", "refine, parallel, evolve");
-  if (!cfg) return unexpected(cfg.error());
-  auto build = [&](auto strategy) -> expected<any_strategy, error> {
-    auto p = detail::read_fields<typename decltype(strategy)::params>(*cfg->body, "strategy " + cfg->kind);
-    if (!p) return unexpected(p.error());
-    strategy.p = std::move(*p);
-    return any_strategy(std::move(strategy));
-  };
-  if (cfg->kind == "refine") return build(refine_best{});
-  if (cfg->kind == "parallel") return build(parallel_seeds{});
-  if (cfg->kind == "evolve") return build(evolve{});
-  return unexpected(error{fmt::format("strategy: unknown kind '{}' (known: refine, parallel, evolve)", cfg->kind)});
-}
+inline expected<any_strategy, error> make_strategy(const nlohmann::json& j) { return make<strategy_family>(j); }
+
+}  // namespace policy
 
 SPECGEN_END_NAMESPACE

@@ -9,14 +9,14 @@
 /// kernel beats the history's mean.
 ///
 /// @code
-///   specgen::any_termination stop = specgen::default_termination();   // beats_mean
+///   specgen::policy::any_termination stop = specgen::policy::default_termination();   // beats_mean
 ///   std::vector<double> history{1.2, 0.8, 1.6};
 ///   bool s = stop.should_stop({.speedups = history}, 1.5);            // true: 1.5 > mean 1.2
-///   auto cfg = specgen::make_termination(nlohmann::json::parse(R"({"reaches_target": {"target": 3}})"));
+///   auto cfg = specgen::policy::make_termination(nlohmann::json::parse(R"({"reaches_target": {"target": 3}})"));
 /// @endcode
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
-#include <specgen/policy/fields.hpp>
+#include <specgen/policy/family.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -35,6 +35,19 @@
 
 SPECGEN_BEGIN_NAMESPACE
 
+namespace detail {
+/// The speedup a kernel must beat with an empty history (0: any valid kernel).
+inline constexpr range<double> empty_threshold_range = in(0.0, limits::max_speedup);
+/// The margin a kernel must win by, as a fraction (10 = 11 times as fast).
+inline constexpr range<double> min_gain_range = in(0.0, 10.0);
+/// `speedup` is faster than `reference` by more than the fraction `min_gain`.
+constexpr bool beats(double speedup, double reference, double min_gain) noexcept {
+  return speedup > reference * (1.0 + min_gain);
+}
+}  // namespace detail
+
+namespace policy {
+
 /// Speedups of the search's earlier valid (profiled) kernels, in arrival
 /// order; excludes the kernel being judged.
 struct history_view {
@@ -47,16 +60,6 @@ concept termination_policy = requires(const T& t, const history_view& h, double 
   { t.name() } -> std::convertible_to<std::string>;
 };
 
-namespace detail {
-/// The speedup a kernel must beat with an empty history (0: any valid kernel).
-inline constexpr range<double> empty_threshold_range = in(0.0, limits::max_speedup);
-/// The margin a kernel must win by, as a fraction (10 = 11 times as fast).
-inline constexpr range<double> min_gain_range = in(0.0, 10.0);
-/// `speedup` is faster than `reference` by more than the fraction `min_gain`.
-constexpr bool beats(double speedup, double reference, double min_gain) noexcept {
-  return speedup > reference * (1.0 + min_gain);
-}
-}  // namespace detail
 
 namespace termination {
 
@@ -144,61 +147,37 @@ struct reaches_target {
 
 }  // namespace termination
 
-namespace detail {
-template <class T>
-nlohmann::json termination_config(const T& t) {
-  if constexpr (requires { { t.config() } -> std::convertible_to<nlohmann::json>; }) return t.config();
-  else if constexpr (has_fields<T>) return nlohmann::json{{std::string(t.name()), write_fields(t)}};
-  else return nlohmann::json{{"custom", std::string(t.name())}};
-}
-}  // namespace detail
+/// How `any_termination` forwards the family's one call.
+struct termination_interface {
+  struct calls {
+    virtual ~calls() = default;
+    virtual bool should_stop(const history_view&, double) const = 0;
+  };
+  template <class Base, class T>
+  struct impl : detail::policy_holder<Base, T> {
+    using detail::policy_holder<Base, T>::policy_holder;
+    bool should_stop(const history_view& h, double s) const override { return this->value.should_stop(h, s); }
+  };
+};
 
 /**
  * Any termination policy, chosen at run time. Policies are immutable, so
  * copies share one instance.
  *
  * @code
- *   specgen::any_termination t = specgen::termination::reaches_target{.target = 3.0};
+ *   specgen::policy::any_termination t = specgen::policy::termination::reaches_target{.target = 3.0};
  * @endcode
  */
-class any_termination {
+class any_termination : public basic_any<termination_interface, ownership::shared> {
  public:
   any_termination() : any_termination(termination::beats_mean{}) {}
   /// Throws std::invalid_argument when a built-in policy's parameters are out
   /// of range (a programming error: JSON configs are checked where read).
   template <termination_policy T>
-    requires(!std::same_as<std::remove_cvref_t<T>, any_termination>)
-  any_termination(T t) : self_(std::make_shared<const model<T>>(checked(std::move(t)))) {}  // NOLINT implicit by design
-
-  [[nodiscard]] bool should_stop(const history_view& h, double speedup) const { return self_->should_stop(h, speedup); }
-  [[nodiscard]] std::string name() const { return self_->name(); }
-  /// The JSON config `make_termination` rebuilds this policy from.
-  [[nodiscard]] nlohmann::json config() const { return self_->config(); }
-
- private:
-  struct concept_t {
-    virtual ~concept_t() = default;
-    virtual bool should_stop(const history_view&, double) const = 0;
-    virtual std::string name() const = 0;
-    virtual nlohmann::json config() const = 0;
-  };
-  template <class T>
-  struct model final : concept_t {
-    explicit model(T t) : t_(std::move(t)) {}
-    bool should_stop(const history_view& h, double s) const override { return t_.should_stop(h, s); }
-    std::string name() const override { return t_.name(); }
-    nlohmann::json config() const override { return detail::termination_config(t_); }
-    T t_;
-  };
-  template <class T>
-  static T checked(T t) {
-    if constexpr (detail::has_fields<T>) detail::require_valid(t, t.name());
-    return t;
-  }
-  std::shared_ptr<const concept_t> self_;
+    requires(!std::derived_from<std::remove_cvref_t<T>, any_termination>)
+  any_termination(T t) : basic_any(std::move(t)) {}  // NOLINT implicit by design
+  [[nodiscard]] bool should_stop(const history_view& h, double speedup) const { return self().should_stop(h, speedup); }
 };
-
-inline void to_json(nlohmann::json& j, const any_termination& t) { j = t.config(); }
 
 namespace termination {
 
@@ -227,14 +206,8 @@ class any_of {
   std::vector<any_termination> members_;
 };
 
-inline void to_json(nlohmann::json& j, const beats_mean& p) { j = detail::write_fields(p); }
-inline void to_json(nlohmann::json& j, const first_valid& p) { j = detail::write_fields(p); }
-inline void to_json(nlohmann::json& j, const best_so_far& p) { j = detail::write_fields(p); }
-inline void to_json(nlohmann::json& j, const never& p) { j = detail::write_fields(p); }
-inline void to_json(nlohmann::json& j, const reaches_target& p) { j = detail::write_fields(p); }
 
 }  // namespace termination
-
 static_assert(termination_policy<termination::beats_mean>);
 static_assert(termination_policy<termination::first_valid>);
 static_assert(termination_policy<termination::best_so_far>);
@@ -246,57 +219,30 @@ static_assert(termination_policy<any_termination>);
 /// The paper's default: stop when a speculative kernel beats the history's mean.
 inline any_termination default_termination() { return termination::beats_mean{}; }
 
-namespace detail {
-inline constexpr std::string_view termination_kinds = "beats_mean, first_valid, best_so_far, never, reaches_target, any_of";
-
-template <class T>
-expected<any_termination, error> make_termination_of(const nlohmann::json& body, const std::string& what) {
-  auto p = read_fields<T>(body, what);
-  if (!p) return unexpected(p.error());
-  return any_termination(std::move(*p));
-}
-}  // namespace detail
+/// The termination family: its name in configs and its kinds.
+struct termination_family {
+  using any = any_termination;
+  static constexpr std::string_view name = "termination";
+  static constexpr std::array<builder<any_termination>, 6> kinds{{
+      from_params<any_termination, termination::beats_mean>("beats_mean"),
+      from_params<any_termination, termination::first_valid>("first_valid"),
+      from_params<any_termination, termination::best_so_far>("best_so_far"),
+      from_params<any_termination, termination::never>("never"),
+      from_params<any_termination, termination::reaches_target>("reaches_target"),
+      any_of_builder<termination_family, termination::any_of>()}};
+};
 
 /**
  * Builds a termination policy from JSON: a name (`"beats_mean"`) or
  * `{"<kind>": {params}}`, with `any_of` taking an array of configs.
  *
  * @code
- *   auto t = specgen::make_termination(nlohmann::json::parse(
+ *   auto t = specgen::policy::make_termination(nlohmann::json::parse(
  *       R"({"any_of": ["beats_mean", {"reaches_target": {"target": 4}}]})"));
  * @endcode
  */
-inline expected<any_termination, error> make_termination(const nlohmann::json& j);
+inline expected<any_termination, error> make_termination(const nlohmann::json& j) { return make<termination_family>(j); }
 
-namespace detail {
-/// make_termination inside `depth` enclosing any_of lists.
-inline expected<any_termination, error> make_termination_at(const nlohmann::json& j, int depth) {
-  auto cfg = detail::split_config(j, "termination", detail::termination_kinds);
-  if (!cfg) return unexpected(cfg.error());
-  const std::string what = "termination " + cfg->kind;
-  if (cfg->kind == "beats_mean") return detail::make_termination_of<termination::beats_mean>(*cfg->body, what);
-  if (cfg->kind == "first_valid") return detail::make_termination_of<termination::first_valid>(*cfg->body, what);
-  if (cfg->kind == "best_so_far") return detail::make_termination_of<termination::best_so_far>(*cfg->body, what);
-  if (cfg->kind == "never") return detail::make_termination_of<termination::never>(*cfg->body, what);
-  if (cfg->kind == "reaches_target") return detail::make_termination_of<termination::reaches_target>(*cfg->body, what);
-  if (cfg->kind == "any_of") {
-    if (auto ok = check_policy_depth(depth + 1, "termination"); !ok) return unexpected(ok.error());
-    if (!cfg->body->is_array() || cfg->body->empty())
-      return unexpected(error{fmt::format("{}: expected a non-empty array of termination configs, got {}", what, detail::shown(*cfg->body))});
-    std::vector<any_termination> members;
-    for (std::size_t i = 0; i < cfg->body->size(); ++i) {
-      auto m = make_termination_at((*cfg->body)[i], depth + 1);
-      if (!m) return unexpected(error{fmt::format("termination any_of[{}]: {}", i, m.error().message)});
-      members.push_back(std::move(*m));
-    }
-    return any_termination(termination::any_of(std::move(members)));
-  }
-  return unexpected(error{fmt::format("termination: unknown kind '{}' (known: {})", cfg->kind, detail::termination_kinds)});
-}
-}  // namespace detail
-
-inline expected<any_termination, error> make_termination(const nlohmann::json& j) {
-  return detail::make_termination_at(j, 0);
-}
+}  // namespace policy
 
 SPECGEN_END_NAMESPACE

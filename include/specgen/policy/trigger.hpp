@@ -14,8 +14,8 @@
 /// event; one chunk reports at most one fire).
 ///
 /// @code
-///   specgen::any_trigger t = specgen::default_trigger();       // copied per stream by the engine
-///   auto cfg = specgen::make_trigger(nlohmann::json::parse(R"({
+///   specgen::policy::any_trigger t = specgen::policy::default_trigger();       // copied per stream by the engine
+///   auto cfg = specgen::policy::make_trigger(nlohmann::json::parse(R"({
 ///       "any_of": [{"fence_closed": {"samples": 2}}, {"design_decision": {"samples": 2}}],
 ///       "gate": {"min_gap_tokens": 256, "max_forks_per_round": 24}})"));
 ///   if (!cfg) fail(cfg.error().message);
@@ -26,7 +26,7 @@
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/extract.hpp>
-#include <specgen/policy/fields.hpp>
+#include <specgen/policy/family.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -46,6 +46,8 @@
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
+
+namespace policy {
 
 /// What a trigger sees of one main stream.
 struct stream_view {
@@ -86,6 +88,8 @@ concept trigger_policy = requires(T& t, const T& ct, const stream_view& v, const
                            { ct.name() } -> std::convertible_to<std::string>;
                          } && std::copy_constructible<T>;
 
+}  // namespace policy
+
 namespace detail {
 
 constexpr char ascii_lower(char c) noexcept { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
@@ -97,7 +101,7 @@ constexpr bool is_blank(char c) noexcept { return c == ' ' || c == '\t' || c == 
 /// The text a trigger has not scanned yet; afterwards all of `v.text` counts
 /// as scanned. Triggers remember how far they scanned, so a resource tick (no
 /// new text) scans nothing.
-inline std::string_view unscanned(const stream_view& v, std::size_t& scanned) {
+inline std::string_view unscanned(const policy::stream_view& v, std::size_t& scanned) {
   // A text shorter than what was scanned means one trigger was fed two streams
   // (a caller bug: copy the prototype per stream); never index past the end.
   const std::size_t from = scanned <= v.text.size() ? scanned : std::min(v.new_from, v.text.size());
@@ -108,7 +112,7 @@ inline std::string_view unscanned(const stream_view& v, std::size_t& scanned) {
 /// Feeds each character a trigger has not seen yet to `feed`; true if any
 /// character completed an event.
 template <class Feed>
-bool scan_new_text(const stream_view& v, std::size_t& scanned, Feed&& feed) {
+bool scan_new_text(const policy::stream_view& v, std::size_t& scanned, Feed&& feed) {
   bool fired = false;
   for (char c : unscanned(v, scanned)) fired = feed(c) || fired;
   return fired;
@@ -200,15 +204,9 @@ inline std::string check_strings(const std::vector<std::string>& list, std::stri
   return {};
 }
 
-/// A policy's JSON config: `{"<name>": {params}}` when it has `config()`,
-/// else `{"custom": "<name>"}` (make_trigger cannot rebuild a user type).
-template <class T>
-nlohmann::json config_of(const T& t) {
-  if constexpr (requires { { t.config() } -> std::convertible_to<nlohmann::json>; }) return t.config();
-  else return nlohmann::json{{"custom", std::string(t.name())}};
-}
-
 }  // namespace detail
+
+namespace policy {
 
 namespace triggers {
 
@@ -216,7 +214,8 @@ namespace triggers {
 struct never {
   [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view&, const trigger_context&) { return std::nullopt; }
   [[nodiscard]] std::string name() const { return "never"; }
-  [[nodiscard]] nlohmann::json config() const { return {{"never", nlohmann::json::object()}}; }
+  template <class Self, class F>
+  static void fields(Self&, F&&) {}  // nothing to configure
 };
 
 }  // namespace triggers
@@ -227,55 +226,36 @@ struct never {
  * configured prototype.
  *
  * @code
- *   specgen::any_trigger proto = specgen::triggers::fence_closed{{.samples = 2}};
- *   specgen::any_trigger per_stream = proto;   // independent state
+ *   specgen::policy::any_trigger proto = specgen::policy::triggers::fence_closed{{.samples = 2}};
+ *   specgen::policy::any_trigger per_stream = proto;   // independent state
  * @endcode
  */
-class any_trigger {
+/// How `any_trigger` forwards the family's one call.
+struct trigger_interface {
+  struct calls {
+    virtual ~calls() = default;
+    virtual std::optional<trigger_fire> on_chunk(const stream_view&, const trigger_context&) = 0;
+  };
+  template <class Base, class T>
+  struct impl : detail::policy_holder<Base, T> {
+    using detail::policy_holder<Base, T>::policy_holder;
+    std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) override {
+      return this->value.on_chunk(v, c);
+    }
+  };
+};
+
+class any_trigger : public basic_any<trigger_interface, ownership::cloned> {
  public:
   any_trigger() : any_trigger(triggers::never{}) {}
   template <trigger_policy T>
-    requires(!std::same_as<std::remove_cvref_t<T>, any_trigger>)
-  any_trigger(T t) : self_(std::make_unique<model<T>>(std::move(t))) {}  // NOLINT implicit by design
-  any_trigger(const any_trigger& o) : self_(o.self_->clone()) {}
-  any_trigger(any_trigger&&) noexcept = default;
-  any_trigger& operator=(const any_trigger& o) {
-    if (this != &o) self_ = o.self_->clone();
-    return *this;
-  }
-  any_trigger& operator=(any_trigger&&) noexcept = default;
-  ~any_trigger() = default;
+    requires(!std::derived_from<std::remove_cvref_t<T>, any_trigger>)
+  any_trigger(T t) : basic_any(std::move(t)) {}  // NOLINT implicit by design
 
   [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) {
-    return self_->on_chunk(v, c);
+    return self().on_chunk(v, c);
   }
-  [[nodiscard]] std::string name() const { return self_->name(); }
-  /// The JSON config `make_trigger` rebuilds this trigger from (fresh state).
-  [[nodiscard]] nlohmann::json config() const { return self_->config(); }
-
- private:
-  struct concept_t {
-    virtual ~concept_t() = default;
-    virtual std::unique_ptr<concept_t> clone() const = 0;
-    virtual std::optional<trigger_fire> on_chunk(const stream_view&, const trigger_context&) = 0;
-    virtual std::string name() const = 0;
-    virtual nlohmann::json config() const = 0;
-  };
-  template <class T>
-  struct model final : concept_t {
-    explicit model(T t) : t_(std::move(t)) {}
-    std::unique_ptr<concept_t> clone() const override { return std::make_unique<model>(t_); }
-    std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) override {
-      return t_.on_chunk(v, c);
-    }
-    std::string name() const override { return t_.name(); }
-    nlohmann::json config() const override { return detail::config_of(t_); }
-    T t_;
-  };
-  std::unique_ptr<concept_t> self_;
 };
-
-inline void to_json(nlohmann::json& j, const any_trigger& t) { j = t.config(); }
 
 namespace triggers {
 
@@ -285,7 +265,7 @@ namespace triggers {
  * `fence_scanner`; the language is its tag up to any `{` (```` ```cuda{.numberLines} ````).
  *
  * @code
- *   specgen::triggers::fence_closed t{{.samples = 2, .languages = {"cuda", "cu"}}};
+ *   specgen::policy::triggers::fence_closed t{{.samples = 2, .languages = {"cuda", "cu"}}};
  * @endcode
  */
 class fence_closed {
@@ -300,7 +280,6 @@ class fence_closed {
     }
     [[nodiscard]] std::string invalid() const { return detail::check_strings(languages, "languages"); }
     friend bool operator==(const params&, const params&) = default;
-    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
 
   fence_closed() : fence_closed(params{}) {}
@@ -316,7 +295,6 @@ class fence_closed {
   }
   [[nodiscard]] std::string name() const { return "fence_closed"; }
   [[nodiscard]] const params& get_params() const noexcept { return p_; }
-  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
 
  private:
   [[nodiscard]] bool wanted(std::string_view tag) const {
@@ -379,7 +357,6 @@ class phrase_trigger {
     }
     [[nodiscard]] std::string invalid() const { return detail::check_strings(phrases, "phrases"); }
     friend bool operator==(const params&, const params&) = default;
-    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
 
   phrase_trigger() : phrase_trigger(params{}) {}
@@ -391,7 +368,6 @@ class phrase_trigger {
   }
   [[nodiscard]] std::string name() const { return std::string(Tag::name); }
   [[nodiscard]] const params& get_params() const noexcept { return p_; }
-  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
 
  private:
   bool feed(char c) {
@@ -436,7 +412,6 @@ class function_body_complete {
       f("samples", s.samples, detail::fork_samples);
     }
     friend bool operator==(const params&, const params&) = default;
-    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
 
   function_body_complete() : function_body_complete(params{}) {}
@@ -448,7 +423,6 @@ class function_body_complete {
   }
   [[nodiscard]] std::string name() const { return "function_body_complete"; }
   [[nodiscard]] const params& get_params() const noexcept { return p_; }
-  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
 
  private:
   // Like extract.hpp's inline kernel search, a tracker starts at each
@@ -499,7 +473,6 @@ class token_interval {
       f("every_tokens", s.every_tokens, detail::in<std::uint64_t>(1, limits::max_tokens));
     }
     friend bool operator==(const params&, const params&) = default;
-    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
 
   token_interval() : token_interval(params{}) {}
@@ -512,7 +485,6 @@ class token_interval {
   }
   [[nodiscard]] std::string name() const { return "token_interval"; }
   [[nodiscard]] const params& get_params() const noexcept { return p_; }
-  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
 
  private:
   params p_;
@@ -550,7 +522,6 @@ class idle_resources {
       f("max_backoff", s.max_backoff, detail::in(0, 16));
     }
     friend bool operator==(const params&, const params&) = default;
-    friend void to_json(nlohmann::json& j, const params& p) { j = detail::write_fields(p); }
   };
 
   idle_resources() : idle_resources(params{}) {}
@@ -565,7 +536,6 @@ class idle_resources {
   }
   [[nodiscard]] std::string name() const { return "idle_resources"; }
   [[nodiscard]] const params& get_params() const noexcept { return p_; }
-  [[nodiscard]] nlohmann::json config() const { return {{name(), p_}}; }
 
  private:
   params p_;
@@ -577,7 +547,7 @@ class idle_resources {
  * text triggers' scanning state stays current.
  *
  * @code
- *   specgen::triggers::any_of t{specgen::triggers::fence_closed{}, specgen::triggers::design_decision{}};
+ *   specgen::policy::triggers::any_of t{specgen::policy::triggers::fence_closed{}, specgen::policy::triggers::design_decision{}};
  * @endcode
  */
 class any_of {
@@ -643,7 +613,6 @@ struct gate {
            c.validation_queue < max_validation_queue && c.profiling_queue < max_profiling_queue;
   }
   friend bool operator==(const gate&, const gate&) = default;
-  friend void to_json(nlohmann::json& j, const gate& g) { j = detail::write_fields(g); }
 };
 
 /**
@@ -651,7 +620,7 @@ struct gate {
  * stays current); only its fires are filtered.
  *
  * @code
- *   specgen::triggers::gated t{specgen::triggers::fence_closed{}, {.min_gap_tokens = 256}};
+ *   specgen::policy::triggers::gated t{specgen::policy::triggers::fence_closed{}, {.min_gap_tokens = 256}};
  * @endcode
  */
 template <trigger_policy T>
@@ -669,8 +638,8 @@ class gated {
   [[nodiscard]] const T& inner() const noexcept { return inner_; }
   [[nodiscard]] const gate& limits() const noexcept { return gate_; }
   [[nodiscard]] nlohmann::json config() const {
-    nlohmann::json j = detail::config_of(inner_);
-    if (j.is_object()) j["gate"] = gate_;
+    nlohmann::json j = config_of(inner_);
+    if (j.is_object()) j["gate"] = detail::write_fields(gate_);
     return j;
   }
 
@@ -692,20 +661,6 @@ static_assert(trigger_policy<triggers::any_of>);
 static_assert(trigger_policy<triggers::gated<any_trigger>>);
 static_assert(trigger_policy<any_trigger>);
 
-namespace detail {
-
-inline constexpr std::string_view trigger_kinds =
-    "fence_closed, design_decision, implementation_hint, function_body_complete, token_interval, idle_resources, "
-    "never, any_of, default";
-
-template <class T>
-expected<any_trigger, error> make_text_trigger(const nlohmann::json& body, const std::string& kind) {
-  auto p = read_fields<typename T::params>(body, kind);
-  if (!p) return unexpected(p.error());
-  return any_trigger(T(std::move(*p)));
-}
-
-}  // namespace detail
 
 /**
  * The paper's trigger set: fence closed, design decision, implementation
@@ -738,13 +693,39 @@ inline any_trigger default_trigger() {
                                                   .max_validation_queue = 16, .max_profiling_queue = 8}));
 }
 
+/// The trigger family: its name in configs, its kinds, and the optional
+/// `"gate"` beside any kind.
+struct trigger_family {
+  using any = any_trigger;
+  static constexpr std::string_view name = "trigger";
+  static constexpr std::array<std::string_view, 1> extra_keys{"gate"};
+  static any_trigger default_one() { return default_trigger(); }
+  static constexpr std::array<builder<any_trigger>, 9> kinds{{
+      from_params<any_trigger, triggers::fence_closed>("fence_closed"),
+      from_params<any_trigger, triggers::design_decision>("design_decision"),
+      from_params<any_trigger, triggers::implementation_hint>("implementation_hint"),
+      from_params<any_trigger, triggers::function_body_complete>("function_body_complete"),
+      from_params<any_trigger, triggers::token_interval>("token_interval"),
+      from_params<any_trigger, triggers::idle_resources>("idle_resources"),
+      from_params<any_trigger, triggers::never>("never"),
+      any_of_builder<trigger_family, triggers::any_of>(),
+      without_params<any_trigger, &default_one>("default")}};
+  /// A `"gate"` beside the kind puts the built trigger behind it.
+  static expected<any_trigger, error> finish(const nlohmann::json& j, any_trigger built, const std::string& what) {
+    if (!j.is_object() || !j.contains("gate")) return built;
+    return detail::read_fields<triggers::gate>(j["gate"], what + " gate").transform([&](const triggers::gate& g) {
+      return any_trigger(triggers::gated<any_trigger>(std::move(built), g));
+    });
+  }
+};
+
 /**
  * Builds a trigger from JSON. A config is a name (`"never"`, `"default"`,
  * `"fence_closed"` with default params), or an object with one kind key and
  * an optional sibling `"gate"`:
  *
  * @code
- *   auto t = specgen::make_trigger(nlohmann::json::parse(R"({
+ *   auto t = specgen::policy::make_trigger(nlohmann::json::parse(R"({
  *     "any_of": [{"fence_closed": {"samples": 2}}, {"design_decision": {"samples": 2}}],
  *     "gate": {"min_gap_tokens": 256, "max_forks_per_round": 24}})"));
  *   if (!t) std::cerr << t.error().message;   // e.g. "trigger fence_closed: unknown parameter 'sample' ..."
@@ -752,47 +733,8 @@ inline any_trigger default_trigger() {
  *
  * `make_trigger(t.config())` rebuilds `t` with fresh state.
  */
-inline expected<any_trigger, error> make_trigger(const nlohmann::json& j);
+inline expected<any_trigger, error> make_trigger(const nlohmann::json& j) { return make<trigger_family>(j); }
 
-namespace detail {
-/// make_trigger inside `depth` enclosing any_of lists.
-inline expected<any_trigger, error> make_trigger_at(const nlohmann::json& j, int depth) {
-  auto cfg = detail::split_config(j, "trigger", detail::trigger_kinds, {"gate"});
-  if (!cfg) return unexpected(cfg.error());
-  const std::string& kind = cfg->kind;
-  const std::string what = "trigger " + kind;
-  expected<any_trigger, error> inner = unexpected(error{});
-  if (kind == "fence_closed") inner = detail::make_text_trigger<triggers::fence_closed>(*cfg->body, what);
-  else if (kind == "design_decision") inner = detail::make_text_trigger<triggers::design_decision>(*cfg->body, what);
-  else if (kind == "implementation_hint") inner = detail::make_text_trigger<triggers::implementation_hint>(*cfg->body, what);
-  else if (kind == "function_body_complete") inner = detail::make_text_trigger<triggers::function_body_complete>(*cfg->body, what);
-  else if (kind == "token_interval") inner = detail::make_text_trigger<triggers::token_interval>(*cfg->body, what);
-  else if (kind == "idle_resources") inner = detail::make_text_trigger<triggers::idle_resources>(*cfg->body, what);
-  else if (kind == "never" || kind == "default") {
-    if (!cfg->body->is_null() && !(cfg->body->is_object() && cfg->body->empty()))
-      return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, detail::shown(*cfg->body))});
-    inner = kind == "never" ? any_trigger(triggers::never{}) : default_trigger();
-  } else if (kind == "any_of") {
-    if (auto ok = check_policy_depth(depth + 1, "trigger"); !ok) return unexpected(ok.error());
-    if (!cfg->body->is_array() || cfg->body->empty())
-      return unexpected(error{fmt::format("{}: expected a non-empty array of trigger configs, got {}", what, detail::shown(*cfg->body))});
-    std::vector<any_trigger> members;
-    for (std::size_t i = 0; i < cfg->body->size(); ++i) {
-      auto m = make_trigger_at((*cfg->body)[i], depth + 1);
-      if (!m) return unexpected(error{fmt::format("trigger any_of[{}]: {}", i, m.error().message)});
-      members.push_back(std::move(*m));
-    }
-    inner = any_trigger(triggers::any_of(std::move(members)));
-  } else {
-    return unexpected(error{fmt::format("trigger: unknown kind '{}' (known: {})", kind, detail::trigger_kinds)});
-  }
-  if (!inner || !j.is_object() || !j.contains("gate")) return inner;
-  auto g = detail::read_fields<triggers::gate>(j["gate"], what + " gate");
-  if (!g) return unexpected(g.error());
-  return any_trigger(triggers::gated<any_trigger>(std::move(*inner), *g));
-}
-}  // namespace detail
-
-inline expected<any_trigger, error> make_trigger(const nlohmann::json& j) { return detail::make_trigger_at(j, 0); }
+}  // namespace policy
 
 SPECGEN_END_NAMESPACE

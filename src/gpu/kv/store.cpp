@@ -1154,15 +1154,15 @@ class shared_backing final : public kv_backing {
 };
 }  // namespace
 
-any_kv make_gpu_kv(std::shared_ptr<kv_store> store, const kv_model& model) {
+policy::any_kv make_gpu_kv(std::shared_ptr<kv_store> store, const kv_model& model) {
   if (!store) throw std::invalid_argument("make_gpu_kv: the store must not be null");
   if (store->block_bytes() != model.bytes_per_block())
     throw std::invalid_argument(fmt::format("make_gpu_kv: the store's blocks are {} bytes, the model's {}", store->block_bytes(),
                                             model.bytes_per_block()));
-  return any_kv(backed_kv({.model = model}, std::make_unique<shared_backing>(std::move(store))));
+  return policy::any_kv(policy::backed_kv({.model = model}, std::make_unique<shared_backing>(std::move(store))));
 }
 
-expected<any_kv, error> make_gpu_kv(const kv_model& model, kv_store_config config) {
+expected<policy::any_kv, error> make_gpu_kv(const kv_model& model, kv_store_config config) {
   if (auto why = model.invalid(); !why.empty()) return unexpected(error{"make_gpu_kv: model: " + why});
   config.block_bytes = model.bytes_per_block();
   auto store = kv_store::create(std::move(config));

@@ -30,6 +30,7 @@
 #include <string>
 
 using namespace specgen;
+using namespace specgen::policy;
 using namespace specgen::gpu;
 using kv_detail::count_corrupted;
 using kv_detail::stress_buffer;
@@ -195,7 +196,7 @@ TEST_CASE("a corrupted block is caught at the fetch and dropped, and the fork re
 
   // Through the engine's policy: no lease (the fork recomputes), then stored again.
   const kv_model m{.layers = 1, .kv_heads = 2, .head_dim = 64, .dtype_bytes = 2, .block_tokens = 128};  // 64 KiB blocks
-  any_kv kv = make_gpu_kv(store, m);
+  policy::any_kv kv = make_gpu_kv(store, m);
   std::vector<token_id> prefix(128 * 8);
   std::iota(prefix.begin(), prefix.end(), 7);
   kv.store(1, prefix);
