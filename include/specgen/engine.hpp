@@ -31,6 +31,7 @@
 #include <specgen/evaluator.hpp>
 #include <specgen/extract.hpp>
 #include <specgen/journal.hpp>
+#include <specgen/kernel_dedup.hpp>
 #include <specgen/json.hpp>
 #include <specgen/prompt.hpp>
 #include <specgen/scheduler.hpp>
@@ -320,8 +321,9 @@ class engine final : private stream_sink {
   void on_stage_done(int search, std::size_t idx, eval_outcome o);
   void finalize(search_rt& s, std::size_t idx, evaluation e, bool reused);
   void cancelled(search_rt& s, std::size_t idx, stage st);
-  /// After the judged copy of a kernel gets its verdict or is dropped: serves the
-  /// identical copies that waited for it, or hands the evaluation to one of them.
+  /// After a copy of a kernel gets its verdict or is dropped: when it was the
+  /// evaluated copy, serves the identical copies that waited for it, or hands
+  /// the evaluation to the first of them still live (kernel_dedup.hpp decides).
   void settle_duplicates(const search_rt& s, std::size_t idx);
   void account_final(search_rt& s, const candidate_record& r);
 
@@ -336,10 +338,8 @@ class engine final : private stream_sink {
   std::unordered_map<stream_id, stream_owner> owners_;
   std::unordered_map<stream_id, fork_rt> forks_;
   std::deque<std::pair<int, int>> waiting_;  ///< (search, lane) waiting for a stream slot
-  std::unordered_map<std::uint64_t, evaluation> known_;  ///< by content hash: evaluations from a resumed journal
-  std::unordered_map<std::uint64_t, std::pair<int, std::size_t>> first_seen_;  ///< content hash → the judged record
-  /// content hash → records of identical kernels waiting for the judged one's verdict
-  std::unordered_map<std::uint64_t, std::vector<std::pair<int, std::size_t>>> duplicates_;
+  /// Copies of one kernel, by content hash; a copy is (search, record index).
+  kernel_dedup<std::pair<int, std::size_t>, evaluation> dedup_;
   int max_streams_ = 64;
   int active_streams_ = 0;
   int searches_left_ = 0;
@@ -748,78 +748,41 @@ bool engine<B, E, C>::add_candidate(search_rt& s, provenance prov, std::string t
   s.records.push_back(candidate_record{.cand = c, .eval = std::nullopt, .cancelled = false, .reused = false});
   s.staging.emplace_back();
 
-  const auto h = c->content_hash();
-  if (auto k = known_.find(h); k != known_.end()) {
-    // Evaluated before the run was killed: serve the journaled verdict, do not re-run it.
-    evaluation e = k->second;
+  ++s.in_flight;
+  // A copy of a kernel judged before (in this run or, journaled, before a kill)
+  // gets that verdict; one of a kernel in flight waits for it (kernel_dedup.hpp).
+  const auto a = dedup_.admit(c->content_hash(), {s.index, idx});
+  if (a.action == dedup_action::reuse) {
+    evaluation e = *a.verdict;
     e.id = c->id;
     loop_.after(duration{0}, [this, sp = &s, idx, e] { finalize(*sp, idx, e, true); });
-    ++s.in_flight;
-    return false;
   }
-  bool fresh = false;
-  if (auto f = first_seen_.find(h); f != first_seen_.end()) {
-    const auto& [si, ri] = f->second;
-    const auto& prev = searches_[static_cast<std::size_t>(si)]->records[ri];
-    if (prev.eval && !prev.cancelled) {
-      // An identical kernel was already judged: its verdict holds; no second profile counts.
-      evaluation e = *prev.eval;
-      e.id = c->id;
-      loop_.after(duration{0}, [this, sp = &s, idx, e] { finalize(*sp, idx, e, true); });
-      ++s.in_flight;
-      return false;
-    }
-    if (!prev.cancelled) {
-      // An identical kernel is being evaluated (two samples of one fork often agree):
-      // wait for its verdict instead of compiling, validating and profiling it twice.
-      duplicates_[h].push_back({s.index, idx});
-      ++s.in_flight;
-      return false;
-    }
-    f->second = {s.index, idx};  // the earlier copy was dropped as stale: this one is judged
-  } else {
-    first_seen_.emplace(h, std::pair{s.index, idx});
-    fresh = true;
-  }
-  ++s.in_flight;
+  if (a.action != dedup_action::evaluate) return false;
   enqueue_stage(s, idx, stage::compile);
-  return fresh;
+  return a.new_kernel;
 }
 
 template <backend B, evaluator E, clock C>
 void engine<B, E, C>::settle_duplicates(const search_rt& s, std::size_t idx) {
   const auto& r = s.records[idx];
   const auto h = r.cand->content_hash();
-  auto f = first_seen_.find(h);
-  if (f == first_seen_.end() || f->second != std::pair{s.index, idx}) return;  // not the judged copy
-  auto node = duplicates_.extract(h);
-  if (node.empty()) return;
-  auto waiting = std::move(node.mapped());
-  if (r.eval) {
-    for (const auto& [si, ri] : waiting) {
-      auto* ws = searches_[static_cast<std::size_t>(si)].get();
-      evaluation e = *r.eval;
-      e.id = ws->records[ri].cand->id;
-      loop_.after(duration{0}, [this, ws, ri, e] { finalize(*ws, ri, e, true); });
-    }
-    return;
-  }
-  // The judged copy was dropped as stale. Copies that are still live take over: the
-  // first is evaluated, the others wait for it; copies whose own round is over go too.
-  bool promoted = false;
-  for (const auto& [si, ri] : waiting) {
+  const bool judged = r.eval.has_value();
+  for (const auto& [si, ri] : dedup_.settle(h, {s.index, idx}, r.eval)) {
     auto& ws = *searches_[static_cast<std::size_t>(si)];
+    if (judged) {
+      evaluation e = *r.eval;
+      e.id = ws.records[ri].cand->id;
+      loop_.after(duration{0}, [this, sp = &ws, ri, e] { finalize(*sp, ri, e, true); });
+      continue;
+    }
+    // The evaluated copy was dropped as stale. A copy still live is admitted again
+    // (the first is evaluated, the others wait for it); one whose round is over goes too.
     const auto& w = ws.records[ri];
     const bool live = !ws.done && ((ws.round_open && w.cand->prov.round == ws.round) || ws.pending_main.contains(w.cand->id));
-    if (!live) {
+    if (!live)
       loop_.after(duration{0}, [this, sp = &ws, ri] { cancelled(*sp, ri, stage::compile); });
-    } else if (!promoted) {
-      promoted = true;
-      f->second = {si, ri};
+    else if (dedup_.admit(h, {si, ri}).action == dedup_action::evaluate)
       enqueue_stage(ws, ri, stage::compile);
-    } else {
-      duplicates_[h].push_back({si, ri});
-    }
   }
 }
 
@@ -976,16 +939,8 @@ void engine<B, E, C>::finish_search(search_rt& s, std::string reason) {
   // From round 0: a resumed run re-queues candidates of rounds that ended before the kill.
   for (int r = 0; r <= s.round; ++r) sched_.cancel_group(group_of(s.index, r), true);
   // Copies waiting for another search's evaluation of the same kernel go too.
-  for (auto& [h, waiting] : duplicates_) {
-    std::vector<std::pair<int, std::size_t>> keep;
-    for (const auto& [si, ri] : waiting)
-      if (si == s.index)
-        cancelled(s, ri, stage::compile);
-      else
-        keep.push_back({si, ri});
-    waiting = std::move(keep);
-  }
-  std::erase_if(duplicates_, [](const auto& kv) { return kv.second.empty(); });
+  for (const auto& copy : dedup_.forget([&](const auto& c) { return c.first == s.index; }))
+    cancelled(s, copy.second, stage::compile);
   cfg_.kv.drop(s.index);
   if (s.deadline) loop_.cancel(s.deadline);
   s.res.search = s.index;
@@ -1058,7 +1013,7 @@ expected<void, error> engine<B, E, C>::resume(const journal_state& st) {
   resumed_at_ = st.last_t;
   earlier_ = st.segments;
   next_id_ = std::max(next_id_, st.next_candidate_id);
-  for (const auto& [h, e] : st.evaluations_by_hash) known_.emplace(h, e);
+  for (const auto& [h, e] : st.evaluations_by_hash) dedup_.remember(h, e);
   for (const auto& [index, js] : st.searches) {
     auto& s = *searches_[static_cast<std::size_t>(index)];
     s.first_round = js.rounds_completed;  // a round the run died in starts again
@@ -1101,7 +1056,7 @@ expected<void, error> engine<B, E, C>::resume(const journal_state& st) {
     auto& r = s.records.back();
     const auto h = r.cand->content_hash();
     if (jc.status == candidate_status::evaluated && jc.result) {
-      first_seen_.try_emplace(h, std::pair{si, idx});
+      dedup_.restore(h, {si, idx}, *jc.result);
       r.eval = *jc.result;
       if (r.reused) ++s.res.reused;
       account_final(s, r);
@@ -1127,29 +1082,19 @@ expected<void, error> engine<B, E, C>::resume(const journal_state& st) {
         r.not_judged = jc.cancel_reason.substr(why.size());
         ++s.res.unjudged;
       }
-      first_seen_.try_emplace(h, std::pair{si, idx});
+      dedup_.restore(h, {si, idx}, std::nullopt);
       continue;
     }
     ++s.in_flight;
-    if (auto k = known_.find(h); k != known_.end()) {
-      // A copy that waited for an identical kernel's verdict, which the journal has.
-      evaluation e = k->second;
+    // A copy that waited for an identical kernel's verdict gets it from the journal;
+    // one whose first copy is re-queued waits for it again, as before the kill.
+    const auto a = dedup_.admit(h, {si, idx});
+    if (a.action == dedup_action::reuse) {
+      evaluation e = *a.verdict;
       e.id = id;
       loop_.after(duration{0}, [this, sp = &s, idx, e] { finalize(*sp, idx, e, true); });
-      continue;
     }
-    if (auto f = first_seen_.find(h); f != first_seen_.end()) {
-      const auto& [fi, fr] = f->second;
-      const auto& first = searches_[static_cast<std::size_t>(fi)]->records[fr];
-      if (!first.eval && !first.cancelled) {
-        // The first copy was re-queued: wait for its verdict, as this copy did before the kill.
-        duplicates_[h].push_back({si, idx});
-        continue;
-      }
-      f->second = {si, idx};
-    } else {
-      first_seen_.emplace(h, std::pair{si, idx});
-    }
+    if (a.action != dedup_action::evaluate) continue;
     // Pending when the run died: continue where it stopped.
     if (jc.result) s.staging[idx] = *jc.result;
     enqueue_stage(s, idx, next);

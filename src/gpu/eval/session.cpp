@@ -2,6 +2,7 @@
 // profiler's decisions live here; the kernels run in the worker, every
 // comparison that decides a verdict runs in this process.
 #include "internal.hpp"
+#include "judge.hpp"
 #include "gpu/common/companion.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
@@ -35,56 +36,7 @@ using namespace eval_detail;
 
 namespace {
 
-/// Per-launch allowance (µs) for the gap between the events and the kernels
-/// CUPTI sees: the launch the events also bracket, 3-4 µs per kernel on an H200
-/// (docs/benchmarks.md, `gpu-cupti`).
-constexpr double launch_allowance_us = 10.0;
-
-verdict make(verdict_kind k, std::string summary, std::string log = {}) {
-  return verdict{.kind = k, .summary = std::move(summary), .log = std::move(log), .mismatch = {}};
-}
-
-verdict nonsense(std::string_view what, std::string_view why) {
-  return make(verdict_kind::fault, fmt::format("the worker answered nonsense while {}", what), std::string(why));
-}
-
 double millis(duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-std::string megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
-
-/// A number field, or nullopt.
-std::optional<double> number(const json& j, const char* field) {
-  if (!j.is_object()) return std::nullopt;
-  auto it = j.find(field);
-  if (it == j.end() || !it->is_number()) return std::nullopt;
-  const double v = it->get<double>();
-  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
-}
-
-/// Timing statistics of one side of a profile: {"samples_us", "median_us", "noise", "spread"}.
-struct timing_side {
-  std::vector<double> samples_us;
-  double median_us = 0, noise = 0, spread = 0;
-};
-
-expected<timing_side, std::string> decode_side(const json& j, std::string_view who) {
-  if (!j.is_object()) return unexpected(fmt::format("\"{}\" is not an object", who));
-  timing_side s;
-  auto samples = j.find("samples_us");
-  if (samples == j.end() || !samples->is_array() || samples->empty())
-    return unexpected(fmt::format("\"{}.samples_us\" is missing or empty", who));
-  for (const auto& v : *samples) {
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
-      return unexpected(fmt::format("\"{}.samples_us\" holds something other than a non-negative time", who));
-    s.samples_us.push_back(v.get<double>());
-  }
-  auto m = number(j, "median_us");
-  if (!m || *m <= 0) return unexpected(fmt::format("\"{}.median_us\" is missing or not positive", who));
-  s.median_us = *m;
-  s.noise = number(j, "noise").value_or(0);
-  s.spread = number(j, "spread").value_or(0);
-  return s;
-}
 
 }  // namespace
 
@@ -384,89 +336,6 @@ struct device_session::state {
     return nullptr;
   }
 
-  /// The verdict of a run that broke a guard zone or changed an input, if it did.
-  static std::optional<verdict> memory_verdict(const task& t, const decoded_run& r, const std::string& where,
-                                               const std::string& nth) {
-    if (!r.guards_intact) {
-      const std::string& name = r.guards_broken.front();
-      const bool is_input = std::any_of(t.inputs.begin(), t.inputs.end(), [&](const auto& s) { return s.name == name; });
-      return make(verdict_kind::out_of_bounds_write,
-                  fmt::format("wrote outside {} '{}' at {}{}", is_input ? "input" : "output", name, where, nth),
-                  fmt::format("guard zones damaged around: {}", fmt::join(r.guards_broken, ", ")));
-    }
-    if (!r.inputs_intact)
-      return make(verdict_kind::input_mutation,
-                  fmt::format("modified its input '{}' at {}{}", r.inputs_changed.front(), where, nth),
-                  fmt::format("inputs changed: {}", fmt::join(r.inputs_changed, ", ")));
-    return std::nullopt;
-  }
-
-  /// Judges the runs of one validation call: set k's runs are
-  /// [k * repeats, (k + 1) * repeats), checked against `want[k]` with the
-  /// terms allowance `terms[k]` (null: none). All runs shared one module, so
-  /// a set after the first sees what earlier calls left behind.
-  std::optional<verdict> judge(const task& t, const shape_binding& shape, const std::vector<input_case>& sets,
-                               const std::vector<decoded_run>& runs, int repeats,
-                               const std::vector<std::shared_ptr<const output_set>>& want,
-                               const std::vector<std::shared_ptr<const output_set>>& terms) {
-    const std::string where = shape_text(shape);
-    const unsigned threads = std::thread::hardware_concurrency();
-    auto terms_of = [&](std::size_t set, std::size_t k) {
-      return terms[set] ? std::span<const std::byte>((*terms[set])[k]) : std::span<const std::byte>();
-    };
-    for (std::size_t set = 0; set < sets.size(); ++set) {
-      const std::string note = fmt::format("case: {}{}", case_text(t, sets[set]),
-                                           set > 0 ? fmt::format(" (call {} in one loaded module)", set + 1) : "");
-      auto noted = [&](verdict v) {
-        v.log = v.log.empty() ? note : v.log + "\n" + note;
-        return v;
-      };
-      const std::size_t first = set * static_cast<std::size_t>(repeats);
-      for (std::size_t i = first; i < first + static_cast<std::size_t>(repeats); ++i) {
-        const decoded_run& r = runs[i];
-        const std::string nth =
-            repeats > 1 ? fmt::format(" (run {} of {} on these inputs)", i - first + 1, repeats) : std::string();
-        if (auto bad = memory_verdict(t, r, where, nth)) return noted(std::move(*bad));
-        for (std::size_t k = 0; k < t.outputs.size(); ++k) {
-          const auto& spec = t.outputs[k];
-          comparison c = compare_outputs_parallel(spec, r.outputs[k], (*want[set])[k], where, threads, 8,
-                                                  terms_of(set, k));
-          if (c.pass) continue;
-          if (i == first) {
-            verdict v = make_wrong_result_verdict(c);
-            // A later call that returns an earlier call's answer kept state across calls.
-            for (std::size_t earlier = 0; earlier < set; ++earlier)
-              if (compare_outputs(spec, r.outputs[k], (*want[earlier])[k], where, 0, terms_of(earlier, k)).pass) {
-                v.kind = verdict_kind::wrong_result;
-                v.summary = fmt::format("call {} in one loaded module returned what call {} should have (state kept "
-                                        "across calls, such as a result cached in a __device__ variable): {}",
-                                        set + 1, earlier + 1, v.summary);
-                break;
-              }
-            return noted(std::move(v));
-          }
-          if (c.unwritten == c.stats.total && c.stats.total > 0)
-            return noted(make(verdict_kind::wrong_result,
-                              fmt::format("a later run left output '{}' unwritten although the first wrote it, on "
-                                          "the same inputs in one loaded module (state kept across calls, such as "
-                                          "a 'done' flag in a __device__ variable){}",
-                                          spec.name, nth)));
-          comparison agree = outputs_agree(spec, runs[first].outputs[k], r.outputs[k], where, 8, terms_of(set, k));
-          verdict v = !agree.pass ? make_unstable_verdict(agree)
-                                  : verdict{.kind = verdict_kind::unstable,
-                                            .summary = fmt::format("a later run disagrees with the reference "
-                                                                   "although the first on these inputs agreed: {}",
-                                                                   specgen::detail::describe(c)),
-                                            .log = {},
-                                            .mismatch = c.stats};
-          v.summary += nth;
-          return noted(std::move(v));
-        }
-      }
-    }
-    return std::nullopt;
-  }
-
   compile_outcome compile(const task& t, const candidate& c) {
     try {
       return finish_compile(t, c, dev, comp->compile(c.source, options_for(config, dev, t)));
@@ -555,11 +424,9 @@ struct device_session::state {
                         : fmt::format("running the candidate at {} ({})", shape_text(shape), case_text(t, sets.front()));
     auto ans = run_plan(t, task_json, shape, sets, c.plan, *co.binary, repeats, true, sizes, what);
     if (!ans) return explain_fault(t, task_json, shape, sets, c, co, repeats, sizes, what, ans.error());
-    auto bad = judge(t, shape, sets, ans->runs, repeats, want, terms);
+    auto bad = judge_runs(t, shape, sets, ans->runs, repeats, want, terms);
     if (!bad) return std::nullopt;
-    if (!is_wrong_output(bad->kind) || bad->kind == verdict_kind::input_mutation ||
-        bad->kind == verdict_kind::out_of_bounds_write)
-      return bad;
+    if (!terms_may_clear(*bad)) return bad;
     // Out of the abs/rel tolerance: judge again with the terms allowance, on
     // copies (computing it may call the worker, whose reply region holds the outputs).
     std::vector<std::string> notes;
@@ -580,49 +447,47 @@ struct device_session::state {
       terms[k] = terms_for(t, task_json, hash, shape, sets[k], notes);
       any_terms = any_terms || terms[k];
     }
-    if (any_terms) bad = judge(t, shape, sets, owned, repeats, want, terms);
+    if (any_terms) bad = judge_runs(t, shape, sets, owned, repeats, want, terms);
     if (bad && !notes.empty()) bad->log += "\n" + notes.front();
     return bad;
   }
 
-  evaluation profile(const task& t, const candidate& c) {
-    evaluation e{.id = c.id, .result = {}, .compile = {}, .timing = {}};
-    auto co = compile(t, c);
-    e.compile = co.report;
-    if (co.result.kind != verdict_kind::ok) {
-      e.result = co.result;
-      return e;
-    }
-    count(&session_stats::profiles);
-    const profile_config& pc = config.profile;
-    const shape_binding& shape = t.benchmark_shape;
-    const std::string where = shape_text(shape);
-    const std::string what = fmt::format("profiling the candidate at {}", where);
-    std::vector<std::string> notes;
-    auto finish = [&](verdict v) {
-      if (!notes.empty()) v.log = v.log.empty() ? fmt::format("{}", fmt::join(notes, "\n"))
-                                                : fmt::format("{}\n{}", v.log, fmt::join(notes, "\n"));
-      e.result = std::move(v);
-      return e;
-    };
-
-    // The baseline: the task's own when it is device code, else the reference.
-    const implementation* base = nullptr;
-    if (!t.baseline.is_host() && !t.baseline.plan.empty()) base = &t.baseline;
-    else if (t.baseline.is_host())
-      notes.push_back(fmt::format("the baseline is the host callback '{}', which the worker cannot time: the candidate "
-                                  "was timed alone and the speedup is 0",
-                                  t.baseline.host));
-    else if (!t.reference.is_host() && !t.reference.plan.empty()) base = &t.reference;
-    else notes.push_back("the task has no device baseline: the candidate was timed alone and the speedup is 0");
+  /// Everything one profile call needs, gathered before the worker is called.
+  struct profile_call {
+    const implementation* base = nullptr;    ///< what the candidate is timed against, if anything
     std::shared_ptr<const compiled> base_bin;
-    if (base) {
-      auto b = comp->compile(base->source, options_for(config, dev, t));
+    json task_json;
+    std::uint64_t hash = 0;                  ///< of task_json, for the reference cache
+    input_case recheck_inputs;
+    std::shared_ptr<const output_set> want;  ///< the reference on recheck_inputs
+    request req;
+    duration deadline{0};
+  };
+
+  /// What a profile call answered, decoded. The recheck's outputs point into
+  /// the response, which the caller keeps alive.
+  struct profile_answer {
+    timing_side candidate;
+    std::optional<timing_side> baseline;
+    decoded_run recheck;
+  };
+
+  /// Phase 1: the baseline compiled, the recheck's reference, the request.
+  expected<profile_call, verdict> prepare_profile(const task& t, const candidate& c, const compile_outcome& co,
+                                                  const shape_binding& shape, std::vector<std::string>& notes) {
+    const profile_config& pc = config.profile;
+    profile_call job;
+    // The baseline: the task's own when it is device code, else the reference.
+    const baseline_choice choice = choose_baseline(t);
+    job.base = choice.base;
+    if (!job.base) notes.push_back(choice.note);
+    if (job.base) {
+      auto b = comp->compile(job.base->source, options_for(config, dev, t));
       if (!b)
-        return finish(make(verdict_kind::fault, fmt::format("the task's baseline does not compile: {}",
-                                                            first_line(b.error().message)),
-                           "baseline: " + b.error().log));
-      base_bin = *b;
+        return unexpected(make(verdict_kind::fault, fmt::format("the task's baseline does not compile: {}",
+                                                                first_line(b.error().message)),
+                               "baseline: " + b.error().log));
+      job.base_bin = *b;
     }
 
     std::string binary(reinterpret_cast<const char*>(co.binary->cubin.data()), co.binary->cubin.size());
@@ -630,21 +495,22 @@ struct device_session::state {
               {"cubin", {{"offset", 0}, {"length", co.binary->cubin.size()}}},
               {"module_key", co.binary->key}};
     json baseline = nullptr;
-    if (base_bin) {
-      baseline = {{"plan", base->plan},
-                  {"cubin", {{"offset", binary.size()}, {"length", base_bin->cubin.size()}}},
-                  {"module_key", base_bin->key}};
-      binary.append(reinterpret_cast<const char*>(base_bin->cubin.data()), base_bin->cubin.size());
+    if (job.base_bin) {
+      baseline = {{"plan", job.base->plan},
+                  {"cubin", {{"offset", binary.size()}, {"length", job.base_bin->cubin.size()}}},
+                  {"module_key", job.base_bin->key}};
+      binary.append(reinterpret_cast<const char*>(job.base_bin->cubin.data()), job.base_bin->cubin.size());
     }
-    const json task_json = to_json(t);
+    job.task_json = to_json(t);
     // The recheck's reference, before the profile call: the outputs of that
     // call are read in place in the worker's bulk region, which the next
     // request (a reference run, on a cache miss) would overwrite.
-    const std::uint64_t hash = fnv1a(task_json.dump());
-    const input_case recheck_inputs = own_case(t, pc.recheck_seed);
-    auto want = reference(t, task_json, hash, shape, recheck_inputs);
-    if (!want) return finish(want.error());
-    json args{{"task", task_json},
+    job.hash = fnv1a(job.task_json.dump());
+    job.recheck_inputs = own_case(t, pc.recheck_seed);
+    auto want = reference(t, job.task_json, job.hash, shape, job.recheck_inputs);
+    if (!want) return unexpected(want.error());
+    job.want = *want;
+    json args{{"task", job.task_json},
               {"shape", shape},
               {"candidate", std::move(cand)},
               {"baseline", baseline},
@@ -664,212 +530,109 @@ struct device_session::state {
               {"deadline_ms", millis(pc.run_deadline)}};
     // Sampling stops at max_seconds, but one sample may still take a whole
     // run_deadline; warm-up, CUPTI and recheck runs are not under the cap.
-    const int sides = base_bin ? 2 : 1;
-    // The range profiler replays the candidate once per counter pass (8 for the default metrics).
-    const int uncapped_runs =
-        pc.warmup * sides + (pc.cupti_check ? pc.cupti_runs : 0) + (pc.hardware_metrics ? 10 : 0) + 1 + 2 * sides;
-    const duration deadline =
-        seconds(pc.max_seconds) + pc.run_deadline * uncapped_runs + config.call_margin;
-    auto resp = call({.op = "profile", .args = std::move(args), .binary = std::move(binary)}, deadline, what);
-    if (!resp) return finish(resp.error());
+    const int sides = job.base_bin ? 2 : 1;
+    job.deadline = seconds(pc.max_seconds) + pc.run_deadline * uncapped_profile_runs(pc, sides) + config.call_margin;
+    job.req = request{.op = "profile", .args = std::move(args), .binary = std::move(binary)};
+    return job;
+  }
+
+  /// Phase 2: the worker times the candidate (and the baseline).
+  expected<std::shared_ptr<response>, verdict> launch_profile(profile_call& job, std::string_view what) {
+    auto resp = call(std::move(job.req), job.deadline, what);
+    if (!resp) return unexpected(resp.error());
     const json& r = (*resp)->result;
     if (!r.is_object() || !r.contains("ok") || !r["ok"].is_boolean())
-      return finish(nonsense(what, fmt::format("the result is not {{\"ok\": bool, ...}}: {}", r.dump().substr(0, 300))));
-    if (!r["ok"].get<bool>()) return finish(run_error(r, what));
+      return unexpected(nonsense(what, fmt::format("the result is not {{\"ok\": bool, ...}}: {}", r.dump().substr(0, 300))));
+    if (!r["ok"].get<bool>()) return unexpected(run_error(r, what));
+    return resp;
+  }
 
+  /// Phase 3: the timings and the recheck run, decoded.
+  expected<profile_answer, verdict> collect_profile(const task& t, const shape_binding& shape, const response& resp,
+                                                    bool with_baseline, std::string_view what) {
+    const json& r = resp.result;
     auto cs = decode_side(r.value("candidate", json()), "candidate");
-    if (!cs) return finish(nonsense(what, cs.error()));
+    if (!cs) return unexpected(nonsense(what, cs.error()));
     std::optional<timing_side> bs;
-    if (base_bin) {
+    if (with_baseline) {
       auto b = decode_side(r.value("baseline", json()), "baseline");
-      if (!b) return finish(nonsense(what, b.error()));
+      if (!b) return unexpected(nonsense(what, b.error()));
       bs = std::move(*b);
     }
-
     // Recheck: the last timed run, on inputs the kernel has not seen.
     auto sizes = output_sizes(t, shape);
-    if (!sizes) return finish(sizes.error());
-    const std::string_view payload = (*resp)->payload();
+    if (!sizes) return unexpected(sizes.error());
+    const std::string_view payload = resp.payload();
     const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>(payload.data()), payload.size());
     auto recheck = decode_run(r.value("recheck", json()), bin, t, *sizes);
-    if (!recheck) return finish(nonsense(what, "recheck: " + recheck.error()));
-    if (auto bad = memory_verdict(t, *recheck, where, " in the last timed run")) return finish(std::move(*bad));
+    if (!recheck) return unexpected(nonsense(what, "recheck: " + recheck.error()));
+    return profile_answer{.candidate = std::move(*cs), .baseline = std::move(bs), .recheck = std::move(*recheck)};
+  }
+
+  /// Phase 4: the recheck against the reference, with the terms allowance
+  /// when the plain tolerance fails (which may call the worker).
+  std::optional<verdict> check_recheck(const task& t, const shape_binding& shape, const profile_call& job,
+                                       decoded_run& recheck, std::vector<std::string>& notes) {
+    const std::string where = shape_text(shape);
+    if (auto bad = memory_verdict(t, recheck, where, " in the last timed run")) return bad;
     std::vector<std::vector<std::byte>> copies;  // the recheck's outputs, once the terms reference needs the worker
     std::shared_ptr<const output_set> terms;
     for (std::size_t k = 0; k < t.outputs.size(); ++k) {
       auto compare = [&] {
-        return compare_outputs_parallel(t.outputs[k], recheck->outputs[k], (**want)[k], where,
+        return compare_outputs_parallel(t.outputs[k], recheck.outputs[k], (*job.want)[k], where,
                                         std::thread::hardware_concurrency(), 8,
                                         terms ? std::span<const std::byte>((*terms)[k]) : std::span<const std::byte>());
       };
       comparison cmp = compare();
       if (!cmp.pass && !terms && copies.empty()) {
-        copies.reserve(recheck->outputs.size());
-        for (auto& o : recheck->outputs) {
+        copies.reserve(recheck.outputs.size());
+        for (auto& o : recheck.outputs) {
           copies.emplace_back(o.begin(), o.end());
           o = copies.back();
         }
-        terms = terms_for(t, task_json, hash, shape, recheck_inputs, notes);
+        terms = terms_for(t, job.task_json, job.hash, shape, job.recheck_inputs, notes);
         if (terms) cmp = compare();
       }
       if (cmp.pass) continue;
-      verdict v = make_wrong_result_verdict(cmp);
-      v.summary = "the last timed run, on fresh inputs, disagrees with the reference (work skipped or cached across "
-                  "calls): " + v.summary;
-      v.log = fmt::format("recheck seed {}", pc.recheck_seed);
-      return finish(std::move(v));
+      return recheck_verdict(cmp, config.profile.recheck_seed);
     }
+    return std::nullopt;
+  }
 
-    measurement m;
-    m.median_us = cs->median_us;
-    m.spread = cs->spread;
-    m.samples_us = cs->samples_us;
-    m.metrics["noise"] = cs->noise;
-    m.metrics["samples"] = static_cast<double>(cs->samples_us.size());
-    // 1 when the timed runs were gated (executor.hpp, context_state::hold).
-    m.metrics["launch_gate"] = r.value("launch_gate", false) ? 1.0 : 0.0;
-    // Where the worker's time went (seconds): setup, warmup, sampling, cupti, timed_check, recheck, total.
-    if (auto ph = r.find("phases_s"); ph != r.end() && ph->is_object())
-      for (const auto& [name, v] : ph->items())
-        if (v.is_number()) m.metrics["worker_" + name + "_s"] = v.get<double>();
-    if (bs) {
-      m.baseline_median_us = bs->median_us;
-      m.speedup = bs->median_us / cs->median_us;
-      m.baseline_of = base == &t.reference ? "reference" : "baseline";
+  evaluation profile(const task& t, const candidate& c) {
+    evaluation e{.id = c.id, .result = {}, .compile = {}, .timing = {}};
+    auto co = compile(t, c);
+    e.compile = co.report;
+    if (co.result.kind != verdict_kind::ok) {
+      e.result = co.result;
+      return e;
     }
-    if (auto clk = r.find("sm_clock_mhz"); clk != r.end() && clk->is_object()) {
-      auto lo = number(*clk, "min"), hi = number(*clk, "max");
-      m.sm_clock_mhz = lo && hi ? 0.5 * (*lo + *hi) : hi.value_or(0);
-    } else {
-      notes.push_back("the SM clock is unknown (NVML unavailable)");
-    }
+    count(&session_stats::profiles);
+    const profile_config& pc = config.profile;
+    const shape_binding& shape = t.benchmark_shape;
+    const std::string what = fmt::format("profiling the candidate at {}", shape_text(shape));
+    std::vector<std::string> notes;
+    auto finish = [&](verdict v) {
+      e.result = with_notes(std::move(v), notes);
+      return e;
+    };
 
-    // CUPTI: every kernel accounted for, and its time agreeing with the events'.
+    auto job = prepare_profile(t, c, co, shape, notes);
+    if (!job) return finish(job.error());
+    auto resp = launch_profile(*job, what);
+    if (!resp) return finish(resp.error());
+    auto got = collect_profile(t, shape, **resp, job->base_bin != nullptr, what);
+    if (!got) return finish(got.error());
+    if (auto bad = check_recheck(t, shape, *job, got->recheck, notes)) return finish(std::move(*bad));
+
+    // Phase 5, the judging (judge.hpp): the measurement, CUPTI, the roofline.
+    const json& r = (*resp)->result;
+    measurement m = measure(r, got->candidate, got->baseline, job->base == &t.reference ? "reference" : "baseline", notes);
     auto plan = parse_plan(c.plan);
     const auto per_run = static_cast<std::int64_t>(plan ? plan->launches.size() : 0);
-    auto cupti = r.find("cupti");
-    if (!pc.cupti_check) {
-      notes.push_back("the CUPTI cross-check is off");
-    } else if (cupti == r.end() || !cupti->is_object()) {
-      notes.push_back("the worker ran no CUPTI cross-check");
-    } else if (!cupti->value("available", false)) {
-      auto reason = cupti->find("reason");
-      notes.push_back(fmt::format("CUPTI unavailable: {}",
-                                  reason != cupti->end() && reason->is_string() ? reason->get<std::string>() : "?"));
-    } else {
-      auto integer = [&](const char* f) -> std::optional<std::int64_t> {
-        auto it = cupti->find(f);
-        if (it == cupti->end() || !it->is_number_integer()) return std::nullopt;
-        return it->get<std::int64_t>();
-      };
-      auto list = [&](const char* f) {
-        std::vector<double> v;
-        if (auto it = cupti->find(f); it != cupti->end() && it->is_array())
-          for (const auto& x : *it)
-            if (x.is_number()) v.push_back(x.get<double>());
-        return v;
-      };
-      const auto runs = integer("runs"), kernels = integer("kernels");
-      const auto foreign_k = integer("foreign_kernels").value_or(0), foreign_s = integer("foreign_streams").value_or(0);
-      if (!runs || !kernels) return finish(nonsense(what, "cupti: \"runs\" or \"kernels\" is missing"));
-      const std::string numbers = fmt::format("CUPTI: {} runs, {} kernels ({} per run expected), {} foreign kernels, "
-                                              "{} on foreign streams",
-                                              *runs, *kernels, per_run, foreign_k, foreign_s);
-      if (*kernels != *runs * per_run)
-        return finish(make(verdict_kind::suspicious,
-                           fmt::format("CUPTI saw {} kernels in {} runs, but the plan launches {} per run (launches "
-                                       "outside the plan, or skipped)",
-                                       *kernels, *runs, per_run),
-                           numbers));
-      if (foreign_s > 0)
-        return finish(make(verdict_kind::suspicious,
-                           fmt::format("CUPTI saw {} kernel records on a stream other than the worker's", foreign_s),
-                           numbers));
-      if (foreign_k > 0) {
-        // The count matched: every run launched exactly the plan's kernels,
-        // and a kernel launched from inside one (dynamic parallelism) would
-        // have added to it. On an H200, correct kernels were reported under
-        // other names after the worker's module cache had unloaded modules
-        // (likely a reused function handle), so a name alone decides nothing.
-        std::vector<std::string> seen;
-        if (auto it = cupti->find("kernel_names"); it != cupti->end() && it->is_array())
-          for (const auto& n : *it)
-            if (n.is_string()) seen.push_back(n.get<std::string>());
-        notes.push_back(fmt::format("CUPTI named {} of the {} kernels differently from the plan (names seen: {}); the "
-                                    "count matches the plan",
-                                    foreign_k, *kernels, fmt::join(seen, ", ")));
-      }
-      const double km = median(list("kernel_us")), em = median(list("event_us"));
-      if (em > 0) {
-        const double rel = (km - em) / em;
-        // Accuracy of the reported time: CUPTI's kernel time against the
-        // sampled event median (runs without CUPTI, whose tracing adds about
-        // 1 us to every event pair of its own pass).
-        if (m.median_us > 0) m.metrics["event_vs_cupti"] = (km - m.median_us) / m.median_us;
-        // The same runs on both clocks: what the `suspicious` rules below compare.
-        m.metrics["event_vs_cupti_same_runs"] = rel;
-        m.metrics["cupti_kernel_us"] = km;
-        if (km > em * (1 + pc.cupti_tolerance))
-          return finish(make(verdict_kind::suspicious,
-                             fmt::format("CUPTI's kernel time ({:.2f} us median) exceeds the event time ({:.2f} us) "
-                                         "by {:.0f}%: work escapes the timed region",
-                                         km, em, 100 * rel),
-                             numbers));
-        if (em > km * (1 + pc.cupti_tolerance) + launch_allowance_us * static_cast<double>(per_run))
-          return finish(make(verdict_kind::suspicious,
-                             fmt::format("the event time ({:.2f} us median) exceeds CUPTI's kernel time ({:.2f} us) "
-                                         "by {:.0f}%: time in the timed region outside the plan's kernels",
-                                         em, km, -100 * rel),
-                             numbers));
-      }
-    }
-
-    // Hardware metrics (range profiler), when asked for: feedback only, never a verdict.
-    if (pc.hardware_metrics) {
-      auto hw = r.find("hardware_metrics");
-      if (hw == r.end() || !hw->is_object() || !hw->value("available", false)) {
-        const std::string why = hw != r.end() && hw->is_object() && hw->contains("reason") && (*hw)["reason"].is_string()
-                                    ? (*hw)["reason"].get<std::string>()
-                                    : std::string("the worker ran no range-profiler pass");
-        notes.push_back("hardware metrics unavailable: " + why);
-      } else if (auto values = hw->find("values"); values != hw->end() && values->is_object()) {
-        static const std::map<std::string, std::string> short_names{
-            {"dram__throughput.avg.pct_of_peak_sustained_elapsed", "hw_dram_pct"},
-            {"lts__throughput.avg.pct_of_peak_sustained_elapsed", "hw_l2_pct"},
-            {"sm__throughput.avg.pct_of_peak_sustained_elapsed", "hw_sm_pct"},
-            {"sm__warps_active.avg.pct_of_peak_sustained_active", "hw_occupancy_pct"},
-            {"dram__bytes.sum", "hw_dram_bytes"},
-            {"gpu__time_duration.sum", "hw_duration_ns"}};
-        for (const auto& [name, v] : values->items()) {
-          if (!v.is_number()) continue;
-          auto it = short_names.find(name);
-          m.metrics[it != short_names.end() ? it->second : "hw_" + name] = v.get<double>();
-        }
-      }
-    }
-
-    // Roofline: no kernel moves its inputs and outputs faster than DRAM allows.
-    double bytes = 0;
-    for (const auto* list : {&t.inputs, &t.outputs})
-      for (const auto& spec : *list)
-        if (auto b = tensor_bytes(spec, shape)) bytes += static_cast<double>(*b);
-    m.metrics["effective_dram_gbps"] = bytes / (m.median_us * 1e3);
-    if (dev.peak_dram_gbps <= 0) {
-      notes.push_back("roofline check skipped: the device reports no peak DRAM bandwidth");
-    } else {
-      const double bound_us = bytes / (dev.peak_dram_gbps * 1e3);
-      m.metrics["roofline_fraction"] = bound_us / m.median_us;
-      const bool fits_in_l2 = !pc.flush_l2 && bytes <= 2.0 * static_cast<double>(dev.l2_bytes);
-      if (fits_in_l2) {
-        notes.push_back("roofline check skipped: L2 is not flushed and the buffers fit in it");
-      } else if (m.median_us < pc.roofline_margin * bound_us) {
-        return finish(make(verdict_kind::suspicious,
-                           fmt::format("the median {:.2f} us is below {} x the {:.2f} us needed to move {} once at "
-                                       "peak DRAM bandwidth ({:.0f} GB/s): work skipped or results cached",
-                                       m.median_us, pc.roofline_margin, bound_us, megabytes(bytes), dev.peak_dram_gbps),
-                           fmt::format("effective bandwidth {:.0f} GB/s", bytes / (m.median_us * 1e3))));
-      }
-    }
+    if (auto bad = judge_cupti(r, pc, per_run, what, m, notes)) return finish(std::move(*bad));
+    read_hardware_metrics(r, pc, m, notes);
+    if (auto bad = judge_roofline(t, shape, dev.peak_dram_gbps, dev.l2_bytes, pc, m, notes)) return finish(std::move(*bad));
     e.timing = std::move(m);
     return finish(make(verdict_kind::ok, {}));
   }

@@ -7,6 +7,7 @@
 // argument arena.
 #include "device.hpp"
 #include "layout.hpp"
+#include "transfer_plan.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
 #include <specgen/gpu/runtime.hpp>
@@ -621,7 +622,18 @@ struct kv_store_state {
   }
 
   // ---- transfers -------------------------------------------------------------------------
-  enum class route { to_host, peer, via_host };
+  /// The devices a transfer uses, and each source GPU's route (transfer_plan.hpp).
+  struct transfer_setup {
+    std::set<kv_device*> used;
+    std::map<int, transfer_route> routes;
+  };
+
+  expected<void, error> wait_event(kv_device& d, CUstream s, CUevent e) {
+    return check(api, api.cuStreamWaitEvent(s, e, 0), fmt::format("cuStreamWaitEvent on GPU {}", d.ordinal));
+  }
+  expected<void, error> record_event(kv_device& d, CUevent e, CUstream s) {
+    return check(api, api.cuEventRecord(e, s), fmt::format("cuEventRecord on GPU {}", d.ordinal));
+  }
 
   expected<kv_transfer, error> transfer(std::span<const std::uint64_t> keys, const destination& dst) {
     SPECGEN_KV_TRY(usable());
@@ -629,136 +641,14 @@ struct kv_store_state {
     kv_transfer t;
     t.bytes = std::uint64_t(n) * bb;
     if (n == 0) return t;
-    struct item {
-      std::size_t index;
-      slot_ref at;
-    };
-    std::map<int, std::vector<item>> by_tier;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto* b = blocks.find(keys[i]);
-      if (!b) return unexpected(error{fmt::format("kv_store: block {} is not stored", key_text(keys[i]))});
-      by_tier[b->at.tier].push_back({i, b->at});
-    }
+    const transfer_sources src = group_by_tier(blocks, keys);
+    if (src.missing) return unexpected(error{fmt::format("kv_store: block {} is not stored", key_text(*src.missing))});
     blocks.touch(keys);
-
-    // Everything that may allocate or enable access happens before the clock starts.
-    std::set<kv_device*> used;
-    if (dst.dev) used.insert(dst.dev);
-    std::map<int, route> routes;
-    std::uint64_t bounce_needed = 0;
-    for (auto& [tier, items] : by_tier) {
-      if (tier == host_tier) continue;
-      kv_device& s = *tiers[static_cast<std::size_t>(tier)].dev;
-      used.insert(&s);
-      if (&s == dst.dev) continue;
-      const std::uint64_t per = chunk_blocks ? std::min<std::uint64_t>(chunk_blocks, items.size()) : items.size();
-      SPECGEN_KV_TRY(ensure_staging(s, per * bb));
-      routes[tier] = !dst.dev ? route::to_host : peer_ok(s, *dst.dev) ? route::peer : route::via_host;
-      if (routes[tier] == route::via_host) bounce_needed = std::max(bounce_needed, per * bb);
-    }
-    if (bounce_needed) SPECGEN_KV_TRY(ensure_bounce(bounce_needed));
-    for (auto* d : used) SPECGEN_KV_TRY(reserve(*d, n));
-
-    auto wait = [&](kv_device& d, CUstream s, CUevent e) { return check(api, api.cuStreamWaitEvent(s, e, 0), fmt::format("cuStreamWaitEvent on GPU {}", d.ordinal)); };
-    auto record = [&](kv_device& d, CUevent e, CUstream s) { return check(api, api.cuEventRecord(e, s), fmt::format("cuEventRecord on GPU {}", d.ordinal)); };
+    auto setup = prepare_transfer(src.by_tier, dst, n);
+    if (!setup) return unexpected(setup.error());
 
     const auto start = steady::now();
-    auto issued = [&]() -> expected<void, error> {
-      std::size_t g = 0;  // chunks through the bounce buffers, over all sources
-      for (auto& [tier, items] : by_tier) {
-        if (tier == host_tier) {
-          if (!dst.dev) continue;  // host to host: memcpy below, while the GPUs work
-          std::vector<std::uint64_t> from, to;
-          for (const auto& it : items) {
-            from.push_back(slot_address(it.at));
-            to.push_back(dst.address + std::uint64_t(it.index) * bb);
-          }
-          SPECGEN_KV_TRY(dst.dev->use());
-          SPECGEN_KV_TRY(dst.dev->copy_blocks(dst.dev->compute, from, to, bb));  // the GPU reads the pinned slots itself
-          ++t.gathers;
-          continue;
-        }
-        kv_device& s = *tiers[static_cast<std::size_t>(tier)].dev;
-        SPECGEN_KV_TRY(s.use());
-        if (&s == dst.dev) {
-          // Same GPU: the destination is the contiguous buffer; one gather, no copy.
-          std::vector<std::uint64_t> from, to;
-          for (const auto& it : items) {
-            from.push_back(slot_address(it.at));
-            to.push_back(dst.address + std::uint64_t(it.index) * bb);
-          }
-          SPECGEN_KV_TRY(s.copy_blocks(s.compute, from, to, bb));
-          ++t.gathers;
-          continue;
-        }
-        const route r = routes.at(tier);
-        const auto& tb = buffers.at(s.ordinal);
-        const std::size_t per = chunk_blocks ? std::min<std::size_t>(chunk_blocks, items.size()) : items.size();
-        for (std::size_t c0 = 0, k = 0; c0 < items.size(); c0 += per, ++k) {
-          const std::size_t c1 = std::min(items.size(), c0 + per);
-          const int b = static_cast<int>(k % 2);
-          const CUdeviceptr staging = tb.staging[b];
-          // Gather chunk k into staging buffer b once its previous copy-out is done.
-          SPECGEN_KV_TRY(s.use());
-          SPECGEN_KV_TRY(wait(s, s.compute, s.released[b]));
-          std::vector<std::uint64_t> from, to;
-          for (std::size_t j = c0; j < c1; ++j) {
-            from.push_back(slot_address(items[j].at));
-            to.push_back(staging + std::uint64_t(j - c0) * bb);
-          }
-          SPECGEN_KV_TRY(s.copy_blocks(s.compute, from, to, bb));
-          ++t.gathers;
-          SPECGEN_KV_TRY(record(s, s.gathered[b], s.compute));
-          SPECGEN_KV_TRY(wait(s, s.copy, s.gathered[b]));
-          // Runs of consecutive destination blocks: one copy each (one per chunk for a chain in one place).
-          struct run {
-            std::uint64_t dst_off, src_off, len;
-          };
-          std::vector<run> runs;
-          for (std::size_t j = c0; j < c1;) {
-            std::size_t e = j + 1;
-            while (e < c1 && items[e].index == items[e - 1].index + 1) ++e;
-            runs.push_back({std::uint64_t(items[j].index) * bb, std::uint64_t(j - c0) * bb, std::uint64_t(e - j) * bb});
-            j = e;
-          }
-          if (r == route::via_host) {
-            kv_device& d = *dst.dev;
-            const int c = static_cast<int>(g++ % 2);
-            SPECGEN_KV_TRY(wait(s, s.copy, d.uploaded[c]));  // bounce c's previous upload is done
-            SPECGEN_KV_TRY(check(api, api.cuMemcpyDtoHAsync(bounce[c], staging, std::uint64_t(c1 - c0) * bb, s.copy), "copying a chunk to pinned memory"));
-            ++t.copies;
-            SPECGEN_KV_TRY(record(s, s.released[b], s.copy));
-            SPECGEN_KV_TRY(d.use());
-            SPECGEN_KV_TRY(wait(d, d.copy, s.released[b]));
-            for (const auto& rn : runs) {
-              SPECGEN_KV_TRY(check(api, api.cuMemcpyHtoDAsync(dst.address + rn.dst_off, bounce[c] + rn.src_off, rn.len, d.copy),
-                                   "copying a chunk from pinned memory"));
-              ++t.copies;
-              ++stats.host_copies;
-            }
-            SPECGEN_KV_TRY(record(d, d.uploaded[c], d.copy));
-            continue;
-          }
-          for (const auto& rn : runs) {
-            if (r == route::peer) {
-              SPECGEN_KV_TRY(check(api, api.cuMemcpyPeerAsync(dst.address + rn.dst_off, dst.dev->ctx, staging + rn.src_off, s.ctx, rn.len, s.copy),
-                                   fmt::format("cuMemcpyPeerAsync GPU {} -> GPU {}", s.ordinal, dst.dev->ordinal)));
-              ++stats.peer_copies;
-            } else {
-              SPECGEN_KV_TRY(check(api, api.cuMemcpyDtoHAsync(dst.host + rn.dst_off, staging + rn.src_off, rn.len, s.copy), "copying blocks to the host"));
-            }
-            ++t.copies;
-          }
-          SPECGEN_KV_TRY(record(s, s.released[b], s.copy));
-        }
-      }
-      if (!dst.dev)
-        if (auto h = by_tier.find(host_tier); h != by_tier.end())
-          for (const auto& it : h->second)
-            std::memcpy(dst.host + std::uint64_t(it.index) * bb, reinterpret_cast<const void*>(slot_address(it.at)), bb);
-      for (auto* d : used) SPECGEN_KV_TRY(d->synchronize());
-      return {};
-    }();
+    auto issued = issue_transfer(src.by_tier, *setup, dst, t);
     if (!issued) {
       settle(issued.error(), false);
       return unexpected(error{"kv_store: transfer failed: " + issued.error().message});
@@ -768,6 +658,131 @@ struct kv_store_state {
     ++stats.fetches;
     stats.fetched_bytes += t.bytes;
     return t;
+  }
+
+  /// Everything that may allocate or enable access, before the clock starts:
+  /// staging buffers on each source GPU, the bounce buffers, room for the
+  /// kernels' arguments on every device used.
+  expected<transfer_setup, error> prepare_transfer(const std::map<int, std::vector<transfer_item>>& by_tier,
+                                                   const destination& dst, std::size_t n) {
+    transfer_setup setup;
+    if (dst.dev) setup.used.insert(dst.dev);
+    std::uint64_t bounce_needed = 0;
+    for (const auto& [tier, items] : by_tier) {
+      if (tier == host_tier) continue;
+      kv_device& s = *tiers[static_cast<std::size_t>(tier)].dev;
+      setup.used.insert(&s);
+      if (&s == dst.dev) continue;
+      const std::uint64_t per = chunk_size(chunk_blocks, items.size());
+      SPECGEN_KV_TRY(ensure_staging(s, per * bb));
+      const transfer_route r = choose_route(!dst.dev, dst.dev && peer_ok(s, *dst.dev));
+      setup.routes[tier] = r;
+      if (r == transfer_route::via_host) bounce_needed = std::max(bounce_needed, per * bb);
+    }
+    if (bounce_needed) SPECGEN_KV_TRY(ensure_bounce(bounce_needed));
+    for (auto* d : setup.used) SPECGEN_KV_TRY(reserve(*d, n));
+    return setup;
+  }
+
+  /// The copies, source by source, then the host-to-host part while the GPUs
+  /// work; returns once every device used is done.
+  expected<void, error> issue_transfer(const std::map<int, std::vector<transfer_item>>& by_tier,
+                                       const transfer_setup& setup, const destination& dst, kv_transfer& t) {
+    std::size_t g = 0;  // chunks through the bounce buffers, over all sources
+    for (const auto& [tier, items] : by_tier) {
+      if (tier == host_tier) {
+        if (!dst.dev) continue;  // host to host: memcpy below, while the GPUs work
+        SPECGEN_KV_TRY(dst.dev->use());
+        SPECGEN_KV_TRY(gather_into(*dst.dev, items, dst, t));  // the GPU reads the pinned slots itself
+        continue;
+      }
+      kv_device& s = *tiers[static_cast<std::size_t>(tier)].dev;
+      SPECGEN_KV_TRY(s.use());
+      if (&s == dst.dev) {
+        // Same GPU: the destination is the contiguous buffer; one gather, no copy.
+        SPECGEN_KV_TRY(gather_into(s, items, dst, t));
+        continue;
+      }
+      SPECGEN_KV_TRY(send_chunks(s, items, setup.routes.at(tier), dst, g, t));
+    }
+    if (!dst.dev)
+      if (auto h = by_tier.find(host_tier); h != by_tier.end())
+        for (const auto& it : h->second)
+          std::memcpy(dst.host + std::uint64_t(it.index) * bb, reinterpret_cast<const void*>(slot_address(it.at)), bb);
+    for (auto* d : setup.used) SPECGEN_KV_TRY(d->synchronize());
+    return {};
+  }
+
+  /// Blocks `d` can read where they are (its own slots, or pinned host slots)
+  /// gathered straight into the destination buffer on `d`: one kernel.
+  expected<void, error> gather_into(kv_device& d, const std::vector<transfer_item>& items, const destination& dst,
+                                    kv_transfer& t) {
+    std::vector<std::uint64_t> from, to;
+    for (const auto& it : items) {
+      from.push_back(slot_address(it.at));
+      to.push_back(dst.address + std::uint64_t(it.index) * bb);
+    }
+    SPECGEN_KV_TRY(d.copy_blocks(d.compute, from, to, bb));
+    ++t.gathers;
+    return {};
+  }
+
+  /// One source GPU's blocks, chunk by chunk: gathered into staging buffer
+  /// k % 2 on its compute stream, copied out on its copy stream by route `r`
+  /// (through bounce buffer g % 2 when via the host), the two buffers
+  /// alternating so that gathering chunk k + 1 overlaps copying chunk k.
+  expected<void, error> send_chunks(kv_device& s, const std::vector<transfer_item>& items, transfer_route r,
+                                    const destination& dst, std::size_t& g, kv_transfer& t) {
+    const auto& tb = buffers.at(s.ordinal);
+    const std::size_t per = chunk_size(chunk_blocks, items.size());
+    for (std::size_t c0 = 0, k = 0; c0 < items.size(); c0 += per, ++k) {
+      const std::size_t c1 = std::min(items.size(), c0 + per);
+      const int b = static_cast<int>(k % 2);
+      const CUdeviceptr staging = tb.staging[b];
+      // Gather chunk k into staging buffer b once its previous copy-out is done.
+      SPECGEN_KV_TRY(s.use());
+      SPECGEN_KV_TRY(wait_event(s, s.compute, s.released[b]));
+      std::vector<std::uint64_t> from, to;
+      for (std::size_t j = c0; j < c1; ++j) {
+        from.push_back(slot_address(items[j].at));
+        to.push_back(staging + std::uint64_t(j - c0) * bb);
+      }
+      SPECGEN_KV_TRY(s.copy_blocks(s.compute, from, to, bb));
+      ++t.gathers;
+      SPECGEN_KV_TRY(record_event(s, s.gathered[b], s.compute));
+      SPECGEN_KV_TRY(wait_event(s, s.copy, s.gathered[b]));
+      const std::vector<copy_run> runs = chunk_runs(std::span(items).subspan(c0, c1 - c0), bb);
+      if (r == transfer_route::via_host) {
+        kv_device& d = *dst.dev;
+        const int c = static_cast<int>(g++ % 2);
+        SPECGEN_KV_TRY(wait_event(s, s.copy, d.uploaded[c]));  // bounce c's previous upload is done
+        SPECGEN_KV_TRY(check(api, api.cuMemcpyDtoHAsync(bounce[c], staging, std::uint64_t(c1 - c0) * bb, s.copy), "copying a chunk to pinned memory"));
+        ++t.copies;
+        SPECGEN_KV_TRY(record_event(s, s.released[b], s.copy));
+        SPECGEN_KV_TRY(d.use());
+        SPECGEN_KV_TRY(wait_event(d, d.copy, s.released[b]));
+        for (const auto& rn : runs) {
+          SPECGEN_KV_TRY(check(api, api.cuMemcpyHtoDAsync(dst.address + rn.dst_off, bounce[c] + rn.src_off, rn.len, d.copy),
+                               "copying a chunk from pinned memory"));
+          ++t.copies;
+          ++stats.host_copies;
+        }
+        SPECGEN_KV_TRY(record_event(d, d.uploaded[c], d.copy));
+        continue;
+      }
+      for (const auto& rn : runs) {
+        if (r == transfer_route::peer) {
+          SPECGEN_KV_TRY(check(api, api.cuMemcpyPeerAsync(dst.address + rn.dst_off, dst.dev->ctx, staging + rn.src_off, s.ctx, rn.len, s.copy),
+                               fmt::format("cuMemcpyPeerAsync GPU {} -> GPU {}", s.ordinal, dst.dev->ordinal)));
+          ++stats.peer_copies;
+        } else {
+          SPECGEN_KV_TRY(check(api, api.cuMemcpyDtoHAsync(dst.host + rn.dst_off, staging + rn.src_off, rn.len, s.copy), "copying blocks to the host"));
+        }
+        ++t.copies;
+      }
+      SPECGEN_KV_TRY(record_event(s, s.released[b], s.copy));
+    }
+    return {};
   }
 
   /// Checks the blocks where they arrived against the checksums taken at put.

@@ -5,6 +5,7 @@
 // compiling with NVRTC.
 #include "device.hpp"
 #include "layout.hpp"
+#include "transfer_plan.hpp"
 
 #include "gpu/compiler/nvrtc_loader.hpp"
 
@@ -64,6 +65,40 @@ void check_accounting(const layout& l, const std::vector<std::uint64_t>& univers
 }
 
 }  // namespace
+
+TEST_CASE("a transfer groups its blocks by tier, in the order asked for, and names the first block not stored") {
+  using namespace kv_detail;
+  layout l(2);
+  fake_memory mem{.slabs_left = {{0, 1}, {1, 1}, {host_tier, 1}}, .slots = 4};
+  l.place(keys(100, 2), 0, mem.grow());
+  l.place(keys(200, 2), 1, mem.grow());
+  const std::vector<std::uint64_t> ask{200, 100, 201, 101};
+  const auto src = group_by_tier(l, ask);
+  CHECK_FALSE(src.missing);
+  REQUIRE(src.by_tier.size() == 2);
+  CHECK(src.by_tier.at(0) == std::vector<transfer_item>{{1, l.find(100)->at}, {3, l.find(101)->at}});
+  CHECK(src.by_tier.at(1) == std::vector<transfer_item>{{0, l.find(200)->at}, {2, l.find(201)->at}});
+  const std::vector<std::uint64_t> gap{100, 7, 8};
+  CHECK(group_by_tier(l, gap).missing == 7u);
+}
+
+TEST_CASE("a transfer's route, chunk size and copies per chunk") {
+  using namespace kv_detail;
+  CHECK(choose_route(true, false) == transfer_route::to_host);
+  CHECK(choose_route(true, true) == transfer_route::to_host);
+  CHECK(choose_route(false, true) == transfer_route::peer);
+  CHECK(choose_route(false, false) == transfer_route::via_host);
+
+  CHECK(chunk_size(0, 9) == 9);  // no limit: one chunk
+  CHECK(chunk_size(4, 9) == 4);
+  CHECK(chunk_size(16, 9) == 9);
+
+  // Destination positions 3, 4, 5, 9, 10, 0: three runs; offsets in bytes (8 per block).
+  const std::vector<transfer_item> chunk{{3, {}}, {4, {}}, {5, {}}, {9, {}}, {10, {}}, {0, {}}};
+  CHECK(chunk_runs(chunk, 8) == std::vector<copy_run>{{24, 0, 24}, {72, 24, 16}, {0, 40, 8}});
+  CHECK(chunk_runs(std::span(chunk).subspan(1, 1), 8) == std::vector<copy_run>{{32, 0, 8}});
+  CHECK(chunk_runs({}, 8).empty());
+}
 
 TEST_CASE("placement fills free slots, then grows, then moves the least recently used block down a tier") {
   layout l(1);
