@@ -106,8 +106,8 @@ struct compiler_state {
 
   [[nodiscard]] static std::string key_of(const nvrtc_api& api, const std::vector<std::string>& opts,
                                           std::string_view source) {
-    fnv1a_128 h;
-    h.add("specgen-nvrtc-cubin-v1").add(api.version_string);
+    hash128 h;
+    h.add("specgen-nvrtc-cubin-v2").add(api.version_string);
     for (const auto& o : opts) h.add(o);
     return h.add(source).hex();
   }
