@@ -11,7 +11,7 @@
 // device_session calls (steady_clock); the API reports no per-stage split.
 // Without a GPU every subcommand prints "no GPU: <reason>" and exits 0.
 #include "gpu_support.hpp"
-#include "support/args.hpp"
+#include "support/cli.hpp"
 #include "support/out_dir.hpp"
 #include "support/world.hpp"
 
@@ -90,7 +90,7 @@ struct temp_dir {
   temp_dir& operator=(const temp_dir&) = delete;
 };
 
-std::vector<task> load_tasks(const programs::args& a) {
+std::vector<task> load_tasks(const programs::options& a) {
   const std::string dir = a.get("tasks", SPECGEN_TASKS_DIR);
   auto suite = load_suite(dir);
   if (!suite) throw std::invalid_argument(suite.error().what());
@@ -155,7 +155,7 @@ std::string verdict_text(const verdict& v) {
 
 // ---- gpu-latency -----------------------------------------------------------------------
 
-int bench_latency(const programs::args& a) {
+int bench_latency(const programs::options& a) {
   const auto tasks = load_tasks(a);
   const int reps = a.number<int>("reps", 3);
   if (reps < 1) throw std::invalid_argument("--reps must be at least 1");
@@ -341,7 +341,7 @@ int bench_latency(const programs::args& a) {
 
 // ---- gpu-spread ------------------------------------------------------------------------
 
-int bench_spread(const programs::args& a) {
+int bench_spread(const programs::options& a) {
   const auto tasks = load_tasks(a);
   const int runs = a.number<int>("runs", 20);
   if (runs < 2) throw std::invalid_argument("--runs must be at least 2");
@@ -395,7 +395,7 @@ std::optional<double> event_vs_cupti(const measurement& m) {
   return std::nullopt;
 }
 
-int bench_cupti(const programs::args& a) {
+int bench_cupti(const programs::options& a) {
   const auto tasks = load_tasks(a);
   const auto gpus = gpus_or_explain();
   if (!gpus) return 0;
@@ -444,7 +444,7 @@ extern "C" __global__ void vector_add(const float* a, const float* b, float* c, 
 }
 )cu";
 
-int bench_respawn(const programs::args& a) {
+int bench_respawn(const programs::options& a) {
   const auto tasks = load_tasks(a);
   const auto it = std::find_if(tasks.begin(), tasks.end(), [](const task& t) { return t.name == "vector_add"; });
   if (it == tasks.end()) throw std::invalid_argument("gpu-respawn needs the vector_add task (--tasks DIR)");
@@ -567,7 +567,7 @@ double sample_noise(std::vector<double> v) {
 /// Every candidate of a suite through compile, validate and profile on one
 /// GPU: the cost table the simulated device answers from, and each observed
 /// verdict and speed checked against its label.
-int bench_calibrate(const programs::args& a) {
+int bench_calibrate(const programs::options& a) {
   const std::filesystem::path suite = a.has("suite") ? std::filesystem::path(a.get("suite")) : programs::default_suite_dir();
   auto tasks = load_suite(suite / "tasks");
   if (!tasks) throw std::runtime_error(tasks.error().what());
@@ -759,7 +759,7 @@ class fork_timer : private stream_sink {
 /// a subset of a corpus small enough for minutes. The same subset also runs
 /// in virtual time on the simulated device (the corpus's measured cost
 /// table), so the two are reported side by side.
-int bench_e2e_live(const programs::args& a) {
+int bench_e2e_live(const programs::options& a) {
   // --journal-dir is an output directory: one run at a time may write its journals.
   std::optional<programs::out_dir_lock> journal_lock;
   if (a.has("journal-dir")) {
@@ -1025,14 +1025,8 @@ int bench_e2e_live(const programs::args& a) {
 
 }  // namespace
 
-/// Runs `specgen-bench gpu-...`; argv[1] is the subcommand.
-int run_gpu_bench(int argc, char** argv) {
-  const std::string_view cmd = argv[1];
-  const programs::args a(argc, argv,
-                         {"json", "tasks", "task", "reps", "runs", "device", "suite", "table", "corpus", "live-tasks",
-                          "rounds", "target", "modes", "max-seconds", "kv", "journal-dir", "server", "tokens-per-s",
-                          "contention"},
-                         {"help", "hardware-metrics"}, 2);
+/// Runs `specgen-bench gpu-...` (and calibrate, e2e-live) with its options.
+int run_gpu_bench(const std::string& cmd, const programs::options& a) {
   if (cmd == "gpu-latency") return bench_latency(a);
   if (cmd == "gpu-spread") return bench_spread(a);
   if (cmd == "gpu-cupti") return bench_cupti(a);

@@ -1,7 +1,7 @@
 #pragma once
 // What the GPU benchmarks (gpu_bench.cpp, kv_bench.cpp) share: finding the
 // GPUs, or saying why there are none, and writing --json.
-#include "support/args.hpp"
+#include "support/cli.hpp"
 
 #include <specgen/gpu/runtime.hpp>
 
@@ -24,7 +24,7 @@ inline std::optional<int> gpus_or_explain() {
 }
 
 /// Writes `j` to the file --json names, if it names one.
-inline void write_json(const programs::args& a, const nlohmann::json& j) {
+inline void write_json(const programs::options& a, const nlohmann::json& j) {
   if (!a.has("json")) return;
   std::ofstream f(a.get("json"));
   f << j.dump(2) << '\n';

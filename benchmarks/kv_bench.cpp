@@ -13,7 +13,7 @@
 // the last copy (what a fork waits), median of --reps after one warm-up.
 // Nothing here asserts a number; without a GPU each prints "no GPU: <reason>".
 #include "gpu_support.hpp"
-#include "support/args.hpp"
+#include "support/cli.hpp"
 
 #include "gpu/kv/device.hpp"  // the driver, contexts
 #include "gpu/kv/stress.hpp"
@@ -197,7 +197,7 @@ double per_block_once(const route& r, gpu::kv_store& store, std::span<const std:
   return std::chrono::duration<double>(steady::now() - t0).count();
 }
 
-std::vector<std::size_t> numbers(const programs::args& a, const std::string& name, std::vector<std::size_t> fallback) {
+std::vector<std::size_t> numbers(const programs::options& a, const std::string& name, std::vector<std::size_t> fallback) {
   if (!a.has(name)) return fallback;
   std::vector<std::size_t> out;
   for (const auto& s : programs::split_list(a.get(name))) out.push_back(std::stoull(s));
@@ -206,7 +206,7 @@ std::vector<std::size_t> numbers(const programs::args& a, const std::string& nam
 
 // ---- kv-bandwidth ------------------------------------------------------------------------
 
-int bench_bandwidth(const programs::args& a) {
+int bench_bandwidth(const programs::options& a) {
   const auto n = store_gpus_or_explain();
   if (!n) return 0;
   const int ga = a.number<int>("device", 0), gb = a.number<int>("peer-device", *n >= 2 ? 1 : 0);
@@ -267,7 +267,7 @@ int bench_bandwidth(const programs::args& a) {
 
 // ---- kv-prefix -----------------------------------------------------------------------------
 
-int bench_prefix(const programs::args& a) {
+int bench_prefix(const programs::options& a) {
   const auto n = store_gpus_or_explain();
   if (!n) return 0;
   const std::uint64_t tokens = a.number<std::uint64_t>("tokens", 16384);
@@ -333,7 +333,7 @@ int bench_prefix(const programs::args& a) {
 
 // ---- kv-stress -----------------------------------------------------------------------------
 
-int bench_stress(const programs::args& a) {
+int bench_stress(const programs::options& a) {
   const auto n = store_gpus_or_explain();
   if (!n) return 0;
   const std::size_t bb = a.number<std::size_t>("block-kib", 64) << 10;
@@ -393,13 +393,8 @@ int bench_stress(const programs::args& a) {
 
 }  // namespace
 
-/// Runs `specgen-bench kv-...`; argv[1] is the subcommand.
-int run_kv_bench(int argc, char** argv) {
-  const std::string_view cmd = argv[1];
-  const programs::args a(argc, argv,
-                         {"json", "device", "peer-device", "block-kib", "batches", "reps", "max-mib", "max-host-mib",
-                          "chunk-mib", "tokens", "threads", "iterations", "seed"},
-                         {"help", "verify"}, 2);
+/// Runs `specgen-bench kv-...` with its options.
+int run_kv_bench(const std::string& cmd, const programs::options& a) {
   if (cmd == "kv-bandwidth") return bench_bandwidth(a);
   if (cmd == "kv-prefix") return bench_prefix(a);
   if (cmd == "kv-stress") return bench_stress(a);

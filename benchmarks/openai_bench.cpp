@@ -12,7 +12,7 @@
 //    the request's first byte (one steady clock for both).
 //  - Burst: a few streams unpaced, for the client's cost at full speed.
 // Nothing here asserts a time; the targets are printed beside the numbers.
-#include "support/args.hpp"
+#include "support/cli.hpp"
 
 #include <specgen/backend/openai.hpp>
 
@@ -200,8 +200,7 @@ std::string us(double s) { return fmt::format("{:.0f} us", s * 1e6); }
 
 }  // namespace
 
-int run_openai_bench(int argc, char** argv) {
-  programs::args a(argc, argv, {"streams", "rate", "seconds", "samples", "burst-streams", "burst-tokens", "json"}, {"help"}, 2);
+int run_openai_bench(const programs::options& a) {
   const int streams = a.number<int>("streams", 64);
   const double rate = a.number<double>("rate", 100);
   const double seconds_ = a.number<double>("seconds", 10);

@@ -7,7 +7,7 @@
 //                         wall time to simulate 1,000 search rounds
 //
 // Ratios are measured side by side in one run; nothing here asserts a time.
-#include "support/args.hpp"
+#include "support/cli.hpp"
 #include "support/world.hpp"
 
 #include <specgen/extract.hpp>
@@ -33,78 +33,113 @@ using namespace specgen::policy;
 
 namespace {
 
-constexpr const char* usage_text = R"(usage: specgen-bench <e2e|engine|gpu-latency|gpu-spread|gpu-cupti|gpu-respawn|calibrate|e2e-live|openai-client|kv-bandwidth|kv-prefix|kv-stress> [options]
+/// e2e's options (`specgen-bench e2e --help`).
+void declare_e2e(programs::options& o) {
+  o.value("modes", "LIST", "comma-separated modes (default: all ten)")
+      .value("corpus", "DIR",
+             "a replay corpus (default: the bundled suite, tasks/suite);\n"
+             "\"procedural\" for the generated corpus")
+      .value("tasks", "N", "tasks of the procedural corpus, 1 to 10000 (default 8)")
+      .value("rounds", "N",
+             "iterations per task, 1 to 3333 (default: the rounds a loaded\n"
+             "corpus recorded, 3 for the suite; 20 for the procedural corpus)")
+      .value("corpus-seed", "N", "seed of the procedural corpus (default 1)")
+      .value("seed", "N", "run seed (default 1)")
+      .value("seeds", "N",
+             "run seeds (and procedural corpora) to average over, 1 to 100\n"
+             "(default 3 procedural, 1 loaded)")
+      .flag("no-equal-time", "skip the runs that give every mode sequential's time")
+      .value("devices", "N", "simulated evaluation GPUs, 1 to 1024 (default 4)")
+      .value("streams", "N", "backend stream limit, 1 to 65536 (default 64)")
+      .value("target", "X",
+             "target speedup for seconds_to_target, 0.001 to 1000, or 0\n"
+             "for none (default 2.0)")
+      .value("prefix-hit", "F",
+             "fraction of a fork's prefix the server still caches, 0 to 1\n"
+             "(limited memory budget; default 0.25)")
+      .value("decode-slowdown", "F",
+             "the replay model's decode slowdown per extra active\n"
+             "sequence, 0 to 1 (default 0.01: 64 sequences at ~60% speed)")
+      .value("out", "FILE", "write the JSON results")
+      .value("journal-dir", "DIR",
+             "write every run's journal there (<mode>.jsonl, <mode>-equal-time.jsonl,\n"
+             "-seedN with several seeds): specgen-report DIR shows them overlaid");
+}
 
-e2e options:
-  --modes LIST         comma-separated modes (default: all ten)
-  --corpus DIR         a replay corpus (default: the bundled suite, tasks/suite);
-                       "procedural" for the generated corpus
-  --tasks N            tasks of the procedural corpus, 1 to 10000 (default 8)
-  --rounds N           iterations per task, 1 to 3333 (default: the rounds a loaded
-                       corpus recorded, 3 for the suite; 20 for the procedural corpus)
-  --corpus-seed N      seed of the procedural corpus (default 1)
-  --seed N             run seed (default 1)
-  --seeds N            run seeds (and procedural corpora) to average over, 1 to 100
-                       (default 3 procedural, 1 loaded)
-  --no-equal-time      skip the runs that give every mode sequential's time
-  --devices N          simulated evaluation GPUs, 1 to 1024 (default 4)
-  --streams N          backend stream limit, 1 to 65536 (default 64)
-  --target X           target speedup for seconds_to_target, 0.001 to 1000, or 0
-                       for none (default 2.0)
-  --prefix-hit F       fraction of a fork's prefix the server still caches, 0 to 1
-                       (limited memory budget; default 0.25)
-  --decode-slowdown F  the replay model's decode slowdown per extra active
-                       sequence, 0 to 1 (default 0.01: 64 sequences at ~60% speed)
-  --out FILE           write the JSON results
-  --journal-dir DIR    write every run's journal there (<mode>.jsonl, <mode>-equal-time.jsonl,
-                       -seedN with several seeds): specgen-report DIR shows them overlaid
-engine options:
-  --tasks N (1 to 10000), --rounds N (1 to 10000; default 20 x 50 = 1,000 rounds),
-  --seed N, --out FILE
-gpu-* options (real GPUs; "no GPU: <reason>" and exit 0 without one):
-  --tasks DIR          task files (default tasks/examples), --task NAME only that one
-  --device N           the GPU of the single-session benchmarks (default 0)
-  --reps N             gpu-latency: salted copies of each kernel (default 3)
-  --hardware-metrics   gpu-latency: also run the CUPTI range-profiler pass
-  --runs N             gpu-spread: profiles per kernel (default 20); gpu-respawn: faults (default 10)
-  --suite DIR          calibrate: the suite (tasks/ and candidates/; default tasks/suite)
-  --table FILE         calibrate: write the measured cost table (specgen-cost-table/1)
-e2e-live options (real GPUs, real time, replay model at its calibrated speed):
-  --corpus DIR         the corpus (default tasks/suite), --live-tasks N the N tasks with the least
-                       reasoning in those rounds (default 4) or --task NAME, --rounds N (default 2),
-                       --target X (default 2.0), --max-seconds S per search (default 240),
-                       --modes LIST (default sequential,specgen); the same subset also runs in
-                       virtual time on the simulated device, reported side by side
-  --kv gpu             swap the modes' KV policy for the real GPU KV store (live runs only;
-                       the pool makes room in it before each job)
-  --server standin     the live runs' model is the stand-in server over HTTP (OpenAI backend,
-                       token-id forks, a model that answers feedback); the virtual twins play
-                       the same responsive traces, also at both ends of the contention band;
-                       the fork latency (trigger to the request's first byte) is measured
-  --tokens-per-s R     decode speed per stream (default 70); --contention low|middle|high|A
-                       slowdown per extra sequence (0.01, 0.025, 0.04; default middle with
-                       --server standin, else the replay model's 0.01)
-  --json FILE          write the JSON results
-kv-* options (the GPU KV store, docs/kv-store.md; "no GPU: <reason>" and exit 0 without one):
-  --device N           the GPU receiving the blocks (default 0); --peer-device N the GPU holding
-                       them for the GPU-to-GPU routes (default 1 when there are two)
-  --reps N             timed repetitions after a warm-up, the median reported (default 5)
-  --block-kib LIST, --batches LIST   kv-bandwidth: block sizes in KiB (default 64,256,1024,4096)
-                       and batch sizes in blocks (default 1,8,64,256,1024); --max-mib N (default
-                       4096) and --max-host-mib N (default 1024) cap a batch's bytes
-  --chunk-mib N        staging chunk of a transfer (default 256; 0: the whole transfer at once)
-  --tokens N           kv-prefix: the prefix length (default 16384: 4 GiB of a 32B-class model)
-  --threads N, --iterations N, --seed N   kv-stress (default 4 x 2000); --block-kib N (default 64)
-  --verify             checksum every block (kv-bandwidth, kv-prefix; kv-stress always does)
-  --journal-dir DIR    write each live mode's journal there (<mode>.jsonl)
-  --json FILE          write the JSON results
-openai-client options (the OpenAI backend against a local vLLM stand-in):
-  --streams N, --rate TOKENS_PER_S, --seconds S (default 64 x 100 for 10 s),
-  --samples K (each stream's fork), --burst-streams N, --burst-tokens N, --json FILE
-)";
+/// engine's options.
+void declare_engine(programs::options& o) {
+  o.value("tasks", "N", "procedural tasks, 1 to 10000 (default 20)")
+      .value("rounds", "N", "rounds per task, 1 to 10000 (default 50: 20 x 50 = 1,000 rounds)")
+      .value("seed", "N", "seed of the procedural corpus (default 1)")
+      .value("out", "FILE", "write the JSON results");
+}
 
-constexpr std::array<std::string_view, 6> gpu_benchmarks{"gpu-latency", "gpu-spread", "gpu-cupti", "gpu-respawn",
-                                                         "calibrate",   "e2e-live"};
+/// The options of the real-GPU benchmarks (gpu-latency, gpu-spread, gpu-cupti,
+/// gpu-respawn, calibrate, e2e-live): one set, each saying which use it.
+void declare_gpu(programs::options& o) {
+  o.value("tasks", "DIR", "task files (default tasks/examples)")
+      .value("task", "NAME", "only that task")
+      .value("device", "N", "the GPU of the single-session benchmarks (default 0)")
+      .value("reps", "N", "gpu-latency: salted copies of each kernel (default 3)")
+      .flag("hardware-metrics", "gpu-latency: also run the CUPTI range-profiler pass")
+      .value("runs", "N", "gpu-spread: profiles per kernel (default 20); gpu-respawn: faults (default 10)")
+      .value("suite", "DIR", "calibrate: the suite (tasks/ and candidates/; default tasks/suite)")
+      .value("table", "FILE", "calibrate: write the measured cost table (specgen-cost-table/1)")
+      .value("corpus", "DIR", "e2e-live: the corpus (default tasks/suite)")
+      .value("live-tasks", "N", "e2e-live: the N tasks with the least reasoning in those rounds (default 4)")
+      .value("rounds", "N", "e2e-live: rounds (default 2)")
+      .value("target", "X", "e2e-live: target speedup (default 2.0)")
+      .value("max-seconds", "S", "e2e-live: seconds per search (default 240)")
+      .value("modes", "LIST",
+             "e2e-live: the modes (default sequential,specgen); the same subset\n"
+             "also runs in virtual time on the simulated device, reported side by side")
+      .value("kv", "gpu",
+             "e2e-live: swap the modes' KV policy for the real GPU KV store (live\n"
+             "runs only; the pool makes room in it before each job)")
+      .value("server", "standin",
+             "e2e-live: the live runs' model is the stand-in server over HTTP\n"
+             "(OpenAI backend, token-id forks, a model that answers feedback); the\n"
+             "virtual twins play the same responsive traces, also at both ends of\n"
+             "the contention band; the fork latency (trigger to the request's first\n"
+             "byte) is measured")
+      .value("tokens-per-s", "R", "e2e-live: decode speed per stream (default 70)")
+      .value("contention", "LEVEL",
+             "e2e-live: low|middle|high|A slowdown per extra sequence (0.01, 0.025,\n"
+             "0.04; default middle with --server standin, else the replay model's 0.01)")
+      .value("journal-dir", "DIR", "e2e-live: write each live mode's journal there (<mode>.jsonl)")
+      .value("json", "FILE", "write the JSON results");
+}
+
+/// The GPU KV store's benchmarks (kv-bandwidth, kv-prefix, kv-stress; docs/kv-store.md).
+void declare_kv(programs::options& o) {
+  o.value("device", "N", "the GPU receiving the blocks (default 0)")
+      .value("peer-device", "N", "the GPU holding them for the GPU-to-GPU routes (default 1 when there are two)")
+      .value("reps", "N", "timed repetitions after a warm-up, the median reported (default 5)")
+      .value("block-kib", "LIST",
+             "kv-bandwidth: block sizes in KiB (default 64,256,1024,4096);\n"
+             "kv-stress: the block size (default 64)")
+      .value("batches", "LIST", "kv-bandwidth: batch sizes in blocks (default 1,8,64,256,1024)")
+      .value("max-mib", "N", "kv-bandwidth: cap on a batch's bytes on the GPU (default 4096)")
+      .value("max-host-mib", "N", "kv-bandwidth: cap on a batch's bytes in host memory (default 1024)")
+      .value("chunk-mib", "N", "staging chunk of a transfer (default 256; 0: the whole transfer at once)")
+      .value("tokens", "N", "kv-prefix: the prefix length (default 16384: 4 GiB of a 32B-class model)")
+      .value("threads", "N", "kv-stress: threads (default 4)")
+      .value("iterations", "N", "kv-stress: iterations per thread (default 2000)")
+      .value("seed", "N", "kv-stress: seed (default 1)")
+      .flag("verify", "checksum every block (kv-bandwidth, kv-prefix; kv-stress always does)")
+      .value("json", "FILE", "write the JSON results");
+}
+
+/// openai-client's options (the OpenAI backend against a local vLLM stand-in).
+void declare_openai(programs::options& o) {
+  o.value("streams", "N", "reasoning streams (default 64)")
+      .value("rate", "TOKENS_PER_S", "each stream's decode speed (default 100)")
+      .value("seconds", "S", "each stream's length in seconds (default 10)")
+      .value("samples", "K", "each stream's fork (default 2)")
+      .value("burst-streams", "N", "streams of the burst (default 8)")
+      .value("burst-tokens", "N", "tokens per burst stream (default 4000)")
+      .value("json", "FILE", "write the JSON results");
+}
 
 using programs::geomean;
 
@@ -180,7 +215,7 @@ nlohmann::json metrics_json(const mode_metrics& m) {
           {"wall_seconds", m.wall_seconds}};
 }
 
-int bench_e2e(const programs::args& a) {
+int bench_e2e(const programs::options& a) {
   const std::vector<std::string> all(mode_names.begin(), mode_names.end());
   const auto modes = a.has("modes") ? programs::split_list(a.get("modes")) : all;
   programs::corpus_choice cc;
@@ -361,7 +396,7 @@ int bench_e2e(const programs::args& a) {
   return 0;
 }
 
-int bench_engine(const programs::args& a) {
+int bench_engine(const programs::options& a) {
   programs::corpus_choice cc;
   cc.params.tasks = a.number<int>("tasks", 20, detail::in(1, 10'000));
   cc.params.rounds = a.number<int>("rounds", 50, limits::rounds);
@@ -402,59 +437,96 @@ int bench_engine(const programs::args& a) {
 
 #ifdef SPECGEN_BENCH_GPU
 namespace specgen::bench {
-int run_gpu_bench(int argc, char** argv);  // gpu_bench.cpp
+int run_gpu_bench(const std::string& cmd, const programs::options& a);  // gpu_bench.cpp
 }
 #endif
 #ifdef SPECGEN_BENCH_OPENAI
 namespace specgen::bench {
-int run_openai_bench(int argc, char** argv);  // openai_bench.cpp
+int run_openai_bench(const programs::options& a);  // openai_bench.cpp
 }
 #endif
 #ifdef SPECGEN_BENCH_KV
 namespace specgen::bench {
-int run_kv_bench(int argc, char** argv);  // kv_bench.cpp
+int run_kv_bench(const std::string& cmd, const programs::options& a);  // kv_bench.cpp
 }
 #endif
 
+namespace {
+
+int run_gpu(const std::string& cmd, const programs::options& a) {
+#ifdef SPECGEN_BENCH_GPU
+  return bench::run_gpu_bench(cmd, a);
+#else
+  (void)cmd, (void)a;
+  fmt::print("no GPU: specgen-bench was built without the CUDA Toolkit\n");
+  return 0;
+#endif
+}
+
+int run_kv(const std::string& cmd, const programs::options& a) {
+#ifdef SPECGEN_BENCH_KV
+  return bench::run_kv_bench(cmd, a);
+#else
+  (void)cmd, (void)a;
+  fmt::print("no GPU: specgen-bench was built without the CUDA Toolkit\n");
+  return 0;
+#endif
+}
+
+int run_openai(const std::string&, const programs::options& a) {
+#ifdef SPECGEN_BENCH_OPENAI
+  return bench::run_openai_bench(a);
+#else
+  (void)a;
+  fmt::print("specgen-bench was built without libcurl: no OpenAI backend to measure\n");
+  return 0;
+#endif
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   try {
-    if (argc < 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
-      fmt::print("{}", usage_text);
-      return argc < 2 ? 2 : 0;
+    CLI::App app("specgen-bench: the project's benchmarks. Ratios are measured side by side in one run; nothing\n"
+                 "here asserts a time. `specgen-bench BENCHMARK --help` lists a benchmark's options.",
+                 "specgen-bench");
+    programs::configure(app);
+    programs::subcommands benchmarks(app);
+    declare_e2e(benchmarks.add("e2e",
+                               "every mode on the same tasks, traces and seed, in virtual time, with ratios against "
+                               "each baseline and against the oracle bound",
+                               [](const std::string&, const programs::options& a) { return bench_e2e(a); }));
+    declare_engine(benchmarks.add("engine",
+                                  "the engine's own cost: microseconds per event and wall time to simulate 1,000 "
+                                  "search rounds",
+                                  [](const std::string&, const programs::options& a) { return bench_engine(a); }));
+    const std::pair<const char*, const char*> gpu[] = {
+        {"gpu-latency", "real GPUs: the latency of compiling, validating and profiling each task's kernels"},
+        {"gpu-spread", "real GPUs: the spread of repeated profiles of one kernel"},
+        {"gpu-cupti", "real GPUs: the CUPTI profiler's readings against CUDA events"},
+        {"gpu-respawn", "real GPUs: how fast a worker is ready again after a fault"},
+        {"calibrate", "real GPUs: measure the suite's candidates into a cost table"},
+        {"e2e-live", "real GPUs, real time: modes on the replay model at its calibrated speed, beside their virtual twins"}};
+    for (const auto& [name, help] : gpu) declare_gpu(benchmarks.add(name, std::string(help) + " (\"no GPU: <reason>\" and exit 0 without one)", run_gpu));
+    const std::pair<const char*, const char*> kv[] = {
+        {"kv-bandwidth", "the GPU KV store: transfer bandwidth by route, block and batch size"},
+        {"kv-prefix", "the GPU KV store: moving a long prefix's blocks"},
+        {"kv-stress", "the GPU KV store: concurrent puts, gets and evictions, every block checksummed"}};
+    for (const auto& [name, help] : kv) declare_kv(benchmarks.add(name, std::string(help) + " (\"no GPU: <reason>\" and exit 0 without one)", run_kv));
+    declare_openai(benchmarks.add("openai-client", "the OpenAI backend against a local vLLM stand-in", run_openai));
+
+    if (argc < 2) {
+      fmt::print("{}", app.help());
+      return 2;
     }
-    const std::string_view cmd = argv[1];
-    if (std::find(gpu_benchmarks.begin(), gpu_benchmarks.end(), cmd) != gpu_benchmarks.end()) {
-#ifdef SPECGEN_BENCH_GPU
-      return bench::run_gpu_bench(argc, argv);
-#else
-      fmt::print("no GPU: specgen-bench was built without the CUDA Toolkit\n");
-      return 0;
-#endif
+    std::vector<std::string> extra;
+    if (!programs::parse(app, argc, argv, &extra)) return 0;
+    if (!benchmarks.given()) {
+      fmt::print(stderr, "specgen-bench: unknown benchmark '{}'\n{}", extra.empty() ? std::string() : extra.front(), app.help());
+      return 2;
     }
-    if (cmd == "kv-bandwidth" || cmd == "kv-prefix" || cmd == "kv-stress") {
-#ifdef SPECGEN_BENCH_KV
-      return bench::run_kv_bench(argc, argv);
-#else
-      fmt::print("no GPU: specgen-bench was built without the CUDA Toolkit\n");
-      return 0;
-#endif
-    }
-    if (cmd == "openai-client") {
-#ifdef SPECGEN_BENCH_OPENAI
-      return bench::run_openai_bench(argc, argv);
-#else
-      fmt::print("specgen-bench was built without libcurl: no OpenAI backend to measure\n");
-      return 0;
-#endif
-    }
-    programs::args a(argc, argv,
-                     {"modes", "tasks", "rounds", "corpus", "corpus-seed", "seed", "seeds", "devices", "streams", "target",
-                      "prefix-hit", "decode-slowdown", "out", "journal-dir"},
-                     {"help", "no-equal-time"}, 2);
-    if (cmd == "e2e") return bench_e2e(a);
-    if (cmd == "engine") return bench_engine(a);
-    fmt::print(stderr, "specgen-bench: unknown benchmark '{}'\n{}", cmd, usage_text);
-    return 2;
+    if (!extra.empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", extra.front()));
+    return benchmarks.run();
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "specgen-bench: {}\n", e.what());
     return 2;

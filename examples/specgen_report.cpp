@@ -5,7 +5,7 @@
 //   specgen-report journals/                        # specgen-bench --journal-dir: each mode a run
 //
 // The page needs no network and no server: open it in any browser.
-#include "support/args.hpp"
+#include "support/cli.hpp"
 
 #include <specgen/report.hpp>
 
@@ -17,9 +17,7 @@
 
 namespace {
 
-constexpr const char* usage = R"(usage: specgen-report [options] PATH...
-
-Writes one HTML file that shows the runs PATH... names, side by side:
+constexpr const char* description = R"(Writes one HTML file that shows the runs PATH... names, side by side:
   - the best speedup over time per task (several runs overlaid) and its geomean;
   - per search: the reasoning rounds, the forks (coloured by trigger), the
     early terminations and the round ends;
@@ -30,16 +28,7 @@ Writes one HTML file that shows the runs PATH... names, side by side:
 
 A PATH is a run directory (specgen-run --out: journal.jsonl and results.json),
 a directory of journals (specgen-bench --journal-dir: each <mode>.jsonl is a
-run named after its mode), or one journal file.
-
-Options:
-  -o, --out FILE   where to write the page (default: report.html in the first
-                   PATH when it is a directory, else ./report.html)
-  --title TEXT     the page's title (default "specgen report")
-
-Exit status: 0 when the page was written; 2 for a bad flag or a PATH that
-holds no readable journal (the message names the file and line).
-)";
+run named after its mode), or one journal file.)";
 
 }  // namespace
 
@@ -48,24 +37,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> paths;
   std::string out_flag, title = "specgen report";
   try {
-    // "-o FILE" is the one short option; args knows long options only.
-    std::vector<char*> rest{argv[0]};
-    for (int i = 1; i < argc; ++i) {
-      if (std::string_view(argv[i]) == "-o") {
-        if (i + 1 >= argc) throw std::invalid_argument("-o needs a value");
-        out_flag = argv[++i];
-      } else {
-        rest.push_back(argv[i]);
-      }
-    }
-    specgen::programs::args a(static_cast<int>(rest.size()), rest.data(), {"out", "title"}, {"help"});
-    if (a.has("help")) {
-      fmt::print("{}", usage);
-      return 0;
-    }
-    if (a.has("out")) out_flag = a.get("out");
-    if (a.has("title")) title = a.get("title");
-    paths = a.positional();
+    CLI::App app(description, "specgen-report");
+    specgen::programs::configure(app);
+    app.footer("Exit status: 0 when the page was written; 2 for a bad flag or a PATH that\n"
+               "holds no readable journal (the message names the file and line).");
+    app.add_option("-o,--out", out_flag,
+                   "where to write the page (default: report.html in the first\n"
+                   "PATH when it is a directory, else ./report.html)")
+        ->type_name("FILE")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    app.add_option("--title", title, "the page's title (default \"specgen report\")")->type_name("TEXT")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    app.add_option("path", paths, "run directories and journals")->type_name("PATH...");
+    if (!specgen::programs::parse(app, argc, argv)) return 0;
     if (paths.empty()) throw std::invalid_argument("name at least one run directory or journal (try --help)");
   } catch (const std::exception& e) {
     fmt::print(stderr, "specgen-report: {}\n", e.what());

@@ -7,7 +7,7 @@
 // evaluates every candidate on the real GPUs instead. `--backend openai
 // --evaluator gpu --task-files F...` is the whole product: a served model
 // writes kernels for one's own tasks and the GPUs judge them, in real time.
-#include "support/args.hpp"
+#include "support/cli.hpp"
 #include "support/out_dir.hpp"
 #include "support/world.hpp"
 
@@ -40,68 +40,98 @@ using namespace specgen::policy;
 
 namespace {
 
-constexpr const char* usage_text = R"(usage: specgen-run [options]
+/// Every option, with its help text (`specgen-run --help`).
+void declare(programs::options& o) {
+  o.group("Suite and model")
+      .list("task-files", "PATH",
+            "one's own tasks: task files (docs/task-format.md) and\n"
+            "directories of them (every *.json, by file name); takes the\n"
+            "values up to the next --option, and may be repeated. Task\n"
+            "names must be unique. With --backend openai --evaluator gpu\n"
+            "(task files have no recorded traces to replay)")
+      .value("corpus", "DIR",
+             "a replay corpus (tasks/, traces/, cost_table.json); default:\n"
+             "the bundled suite (tasks/suite, 20 tasks); \"procedural\" for\n"
+             "the generated corpus. With --backend openai only its tasks/\n"
+             "are read")
+      .value("corpus-seed", "N", "seed of the procedural corpus (default 1)")
+      .value("tasks", "N", "run only the first N tasks (1 to 10000)")
+      .value("backend", "NAME",
+             "replay (default): the model replays the corpus's recorded\n"
+             "traces; openai: a vLLM, SGLang or other OpenAI-compatible\n"
+             "server writes the kernels (with --evaluator gpu; real time)")
+      .value("decode-rate", "R",
+             "the replay model's decode speed in tokens/s, 1 to 100000\n"
+             "(default 70, the calibrated speed of a large reasoning model\n"
+             "on an H200)");
+  o.group("Search")
+      .value("mode", "MODE",
+             "sequential, parallel, evolve, specgen (default),\n"
+             "parallel+specgen, evolve+specgen, +spec, +elastic, +priority, +kv")
+      .value("config", "FILE",
+             "JSON engine configuration (see docs/policies.md); --rounds\n"
+             "and --seed override it; --mode replaces its \"mode\", and is\n"
+             "refused if the file sets a strategy, trigger, termination,\n"
+             "pool or kv other than the mode's")
+      .value("rounds", "N",
+             "iterations per task, 1 to 10000 (default: the rounds the\n"
+             "corpus recorded, 3 for the suite; 10 for the procedural corpus\n"
+             "and with --backend openai)")
+      .value("seed", "N", "run seed (default 1)")
+      .value("target", "X",
+             "target speedup for seconds_to_target, 0.001 to 1000\n"
+             "(default 0: none)");
+  o.group("Evaluation")
+      .value("evaluator", "KIND",
+             "sim (default): the simulated device, answering from the\n"
+             "corpus's cost table measured on an H200 (it knows only the\n"
+             "kernels it measured: replay backend only); gpu: the GPU pool,\n"
+             "compiling, validating and profiling every candidate on real\n"
+             "GPUs (real time; the replay model at its calibrated speed)")
+      .value("gpus", "LIST", "--evaluator gpu: the GPUs to use, e.g. 0,1 (default: all)")
+      .flag("hardware-metrics",
+            "--evaluator gpu: also collect CUPTI's hardware counters in each\n"
+            "profile (DRAM, L2, SM throughput, occupancy; 8 replays more per\n"
+            "profile; needs GPU counter access) and show them in the feedback")
+      .value("devices", "N", "--evaluator sim: simulated GPUs, 1 to 1024 (default 4)")
+      .flag("real-time", "run at wall-clock speed instead of virtual time")
+      .value("stand-in-worker", "PROGRAM",
+             "for testing without a GPU: --evaluator gpu runs its jobs in\n"
+             "PROGRAM (specgen-fake-worker, built with the tests), which\n"
+             "scripts verdicts by kernel name and measures nothing; the GPUs\n"
+             "are --gpus, or one. Never for results");
+  o.group("OpenAI backend (--backend openai; docs/backends.md)")
+      .value("base-url", "URL", "the server, e.g. http://127.0.0.1:8000")
+      .value("model", "NAME", "the served model name")
+      .value("preset", "NAME",
+             "model family: auto (default: from the model name), deepseek-r1,\n"
+             "deepseek-v3, qwen3, glm-4.5, generic")
+      .value("server", "KIND", "auto (default: asks the server), vllm, sglang or openai")
+      .value("api-key-env", "VAR", "the environment variable that holds the API key")
+      .value("openai-config", "F",
+             "a JSON backend configuration (docs/backends.md); the flags\n"
+             "above override it");
+  o.group("Output")
+      .value("out", "DIR",
+             "results.json, journal.jsonl, timeline.json (default specgen-out);\n"
+             "one run at a time: a second run on DIR exits with status 2")
+      .flag("report",
+            "also write report.html in --out at the end: the run's plots in\n"
+            "one self-contained page (specgen-report does the same later)")
+      .flag("resume",
+            "continue the run whose journal is in --out, given the flags it\n"
+            "started with (other tasks, configuration or seed are refused)")
+      .flag("check",
+            "check the flags and the tasks, reach the server and start the\n"
+            "GPU pool, say what was found, and exit without searching\n"
+            "(nothing is written)")
+      .value("progress-every", "S",
+             "seconds of (virtual) time between progress lines, 1 to 86400\n"
+             "(default 120; 2 with --real-time)")
+      .flag("quiet", "no progress lines");
+}
 
-Runs one speculative kernel search per task of a suite and writes the results.
-
-Suite and model:
-  --task-files PATH...  one's own tasks: task files (docs/task-format.md) and
-                      directories of them (every *.json, by file name); takes the
-                      values up to the next --option, and may be repeated. Task
-                      names must be unique. With --backend openai --evaluator gpu
-                      (task files have no recorded traces to replay)
-  --corpus DIR        a replay corpus (tasks/, traces/, cost_table.json); default:
-                      the bundled suite (tasks/suite, 20 tasks); "procedural" for
-                      the generated corpus. With --backend openai only its tasks/
-                      are read
-  --corpus-seed N     seed of the procedural corpus (default 1)
-  --tasks N           run only the first N tasks (1 to 10000)
-  --backend NAME      replay (default): the model replays the corpus's recorded
-                      traces; openai: a vLLM, SGLang or other OpenAI-compatible
-                      server writes the kernels (with --evaluator gpu; real time)
-  --decode-rate R     the replay model's decode speed in tokens/s, 1 to 100000
-                      (default 70, the calibrated speed of a large reasoning model
-                      on an H200)
-Search:
-  --mode MODE         sequential, parallel, evolve, specgen (default),
-                      parallel+specgen, evolve+specgen, +spec, +elastic, +priority, +kv
-  --config FILE       JSON engine configuration (see docs/policies.md); --rounds
-                      and --seed override it; --mode replaces its "mode", and is
-                      refused if the file sets a strategy, trigger, termination,
-                      pool or kv other than the mode's
-  --rounds N          iterations per task, 1 to 10000 (default: the rounds the
-                      corpus recorded, 3 for the suite; 10 for the procedural corpus
-                      and with --backend openai)
-  --seed N            run seed (default 1)
-  --target X          target speedup for seconds_to_target, 0.001 to 1000
-                      (default 0: none)
-Evaluation:
-  --evaluator KIND    sim (default): the simulated device, answering from the
-                      corpus's cost table measured on an H200 (it knows only the
-                      kernels it measured: replay backend only); gpu: the GPU pool,
-                      compiling, validating and profiling every candidate on real
-                      GPUs (real time; the replay model at its calibrated speed)
-  --gpus LIST         --evaluator gpu: the GPUs to use, e.g. 0,1 (default: all)
-  --hardware-metrics  --evaluator gpu: also collect CUPTI's hardware counters in each
-                      profile (DRAM, L2, SM throughput, occupancy; 8 replays more per
-                      profile; needs GPU counter access) and show them in the feedback
-  --devices N         --evaluator sim: simulated GPUs, 1 to 1024 (default 4)
-  --real-time         run at wall-clock speed instead of virtual time
-  --stand-in-worker PROGRAM
-                      for testing without a GPU: --evaluator gpu runs its jobs in
-                      PROGRAM (specgen-fake-worker, built with the tests), which
-                      scripts verdicts by kernel name and measures nothing; the GPUs
-                      are --gpus, or one. Never for results
-OpenAI backend (--backend openai; docs/backends.md):
-  --base-url URL      the server, e.g. http://127.0.0.1:8000
-  --model NAME        the served model name
-  --preset NAME       model family: auto (default: from the model name), deepseek-r1,
-                      deepseek-v3, qwen3, glm-4.5, generic
-  --server KIND       auto (default: asks the server), vllm, sglang or openai
-  --api-key-env VAR   the environment variable that holds the API key
-  --openai-config F   a JSON backend configuration (docs/backends.md); the flags
-                      above override it
-Backends and evaluators:
+constexpr const char* footer_text = R"(Backends and evaluators:
   --backend replay --evaluator sim   (the default) recorded kernels, simulated
                                      device, virtual time
   --backend replay --evaluator gpu   recorded kernels judged on real GPUs
@@ -110,25 +140,11 @@ Backends and evaluators:
                                      tasks or the suite's
   --backend openai --evaluator sim   refused: the simulated device has no honest
                                      verdict for a kernel it never measured
-Output:
-  --out DIR           results.json, journal.jsonl, timeline.json (default specgen-out);
-                      one run at a time: a second run on DIR exits with status 2
-  --report            also write report.html in --out at the end: the run's plots in
-                      one self-contained page (specgen-report does the same later)
-  --resume            continue the run whose journal is in --out, given the flags it
-                      started with (other tasks, configuration or seed are refused)
-  --check             check the flags and the tasks, reach the server and start the
-                      GPU pool, say what was found, and exit without searching
-                      (nothing is written)
-  --progress-every S  seconds of (virtual) time between progress lines, 1 to 86400
-                      (default 120; 2 with --real-time)
-  --quiet             no progress lines
 
 Exit status: 0 when every search ran (failed streams are counted in the summary and
 results.json); 1 when the run failed, or every stream of a search failed; 2 for bad
 flags or task files, a refused combination, an output directory in use, or a
---resume that does not match the journal.
-)";
+--resume that does not match the journal.)";
 
 std::string tokens_text(std::uint64_t n) {
   return n >= 1000000 ? fmt::format("{:.2f}M", n / 1e6) : n >= 1000 ? fmt::format("{:.1f}K", n / 1e3) : fmt::format("{}", n);
@@ -144,7 +160,7 @@ void print_progress(const std::vector<search_progress>& ps, double now_s, int ro
 
 /// The JSON object in the file a flag names (a regular file of at most 1 MiB;
 /// comments allowed).
-nlohmann::json read_config_file(const programs::args& a, const std::string& flag) {
+nlohmann::json read_config_file(const programs::options& a, const std::string& flag) {
   auto j = detail::read_json_file(a.get(flag), detail::file_kinds::config);
   if (!j) throw std::invalid_argument(fmt::format("--{}: {}", flag, j.error().message));
   if (!j->is_object())
@@ -154,7 +170,7 @@ nlohmann::json read_config_file(const programs::args& a, const std::string& flag
 
 #ifdef SPECGEN_RUN_OPENAI
 /// The backend's configuration: --openai-config, then the flags on top.
-openai::openai_config openai_config_from(const programs::args& a) {
+openai::openai_config openai_config_from(const programs::options& a) {
   nlohmann::json j = nlohmann::json::object();
   if (a.has("openai-config")) j = read_config_file(a, "openai-config");
   const std::pair<const char*, const char*> flags[] = {
@@ -196,7 +212,7 @@ struct run_plan {
   std::vector<fs::path> task_files{};
 };
 
-run_plan choose_run(const programs::args& a) {
+run_plan choose_run(const programs::options& a) {
   run_plan p;
   const std::string backend = a.get("backend", "replay");
   if (backend != "replay" && backend != "openai") throw std::invalid_argument(fmt::format("--backend {}: use replay or openai", backend));
@@ -275,7 +291,7 @@ gpu::device_info stand_in_device() {
 /// The GPU pool's configuration from --gpus and --stand-in-worker. On real
 /// GPUs every index must be one of this machine's (default: all of them). A
 /// stand-in worker needs no GPU: its devices are --gpus, or device 0.
-gpu::pool_config pool_config_from(const programs::args& a, const run_plan& p) {
+gpu::pool_config pool_config_from(const programs::options& a, const run_plan& p) {
   gpu::pool_config pc;
   int n = std::numeric_limits<int>::max();
   if (p.stand_in) {
@@ -329,16 +345,12 @@ std::unique_ptr<gpu::gpu_pool> start_pool(event_loop<steady_clock>& loop, gpu::p
 #endif
 
 int run(int argc, char** argv) {
-  programs::args a(argc, argv,
-                   {"corpus", "corpus-seed", "tasks", "backend", "mode", "config", "rounds", "seed", "target", "devices",
-                    "evaluator", "gpus", "stand-in-worker", "decode-rate", "out", "progress-every", "base-url", "model",
-                    "preset", "server", "api-key-env", "openai-config"},
-                   {"help", "real-time", "resume", "quiet", "check", "hardware-metrics", "report"}, {"task-files"});
-  if (a.has("help")) {
-    fmt::print("{}", usage_text);
-    return 0;
-  }
-  if (!a.positional().empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", a.positional().front()));
+  CLI::App app("Runs one speculative kernel search per task of a suite and writes the results.", "specgen-run");
+  programs::configure(app);
+  app.footer(footer_text);
+  programs::options a(app);
+  declare(a);
+  if (!programs::parse(app, argc, argv)) return 0;
   const run_plan plan = choose_run(a);
   const std::string backend_name = plan.openai ? "openai" : "replay";
 #ifdef SPECGEN_RUN_OPENAI

@@ -3,7 +3,8 @@
 # and the tests need, and `install_packages`, which installs the missing ones
 # (apt-get update only when something is missing).
 # Debian package names of everything the build and the tests need.
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcurl4-openssl-dev pkg-config)
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcurl4-openssl-dev pkg-config libcli11-dev
+  libxxhash-dev)
 # Only the tests: the browser the report's page is rendered in (its test skips without it).
 test_packages=(chromium)
 

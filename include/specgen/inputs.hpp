@@ -14,6 +14,7 @@
 /// @endcode
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/hash.hpp>
+#include <specgen/detail/xxh3.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/expr.hpp>
 #include <specgen/task.hpp>
@@ -422,28 +423,10 @@ inline bool check_canary(std::span<const std::byte> buf, std::uint64_t seed) noe
   return !first_canary_damage(buf, seed).has_value();
 }
 
-/// A fast 64-bit content hash for the before/after check of inputs: FNV-1a
-/// over 8-byte little-endian words with an xor-shift per step. Each step is a
-/// bijection of the state, so changing any single word (any one byte) always
-/// changes the result; the length is mixed in last.
-inline std::uint64_t checksum(std::span<const std::byte> buf) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  auto step = [&h](std::uint64_t w) {
-    h = (h ^ w) * 0x100000001b3ull;
-    h ^= h >> 29;
-  };
-  std::size_t i = 0;
-  for (; i + 8 <= buf.size(); i += 8) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, buf.data() + i, 8);
-    step(w);
-  }
-  if (i < buf.size()) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, buf.data() + i, buf.size() - i);
-    step(w);
-  }
-  return detail::mix64(h ^ buf.size());
-}
+/// A fast 64-bit content hash for the before/after check of inputs: XXH3,
+/// which reads a 64 MiB input several times faster than a byte- or word-serial
+/// hash. The value lives only for one validation (it is never persisted); a
+/// damaged input matches its old checksum with probability 2^-64.
+inline std::uint64_t checksum(std::span<const std::byte> buf) noexcept { return detail::xxh3_64(buf.data(), buf.size()); }
 
 SPECGEN_END_NAMESPACE

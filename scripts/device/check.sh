@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build and test on the GPU machine (Ubuntu 24.04, CUDA 13, g++ 13, no package
 # registry). The Debian packages the build needs travel as .deb files in .debs/
-# (fetch them here with `apt-get download libfmt-dev libfmt9 nlohmann-json3-dev
+# (fetch them here with `apt-get download libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libxxhash-dev
 # catch2` inside .debs/) and are unpacked into a private prefix. Results go to
 # $OUT (or ./device-out).
 #

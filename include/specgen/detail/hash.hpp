@@ -3,7 +3,9 @@
 /// FNV-1a for content and identity hashes that are persisted (candidate and
 /// cost-table keys, journal fingerprints, KV block keys), and splitmix64 for
 /// deterministic streams and mixing. Stable across platforms, compilers and
-/// builds, unlike std::hash.
+/// builds, unlike std::hash. XXH3, for fast content hashes whose value no
+/// unversioned file keeps (input checksums, the compile cache's keys), is in
+/// detail/xxh3.hpp.
 #include <specgen/detail/config.hpp>
 
 #include <cstdint>

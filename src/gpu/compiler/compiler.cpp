@@ -2,6 +2,7 @@
 
 #include "disk_cache.hpp"
 #include "hash128.hpp"
+#include "gpu/common/bounded_cache.hpp"
 #include "nvrtc_loader.hpp"
 #include "sandbox/helper.hpp"
 #include "thread_pool.hpp"
@@ -15,7 +16,6 @@
 #include <exception>
 #include <filesystem>
 #include <future>
-#include <list>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -71,9 +71,7 @@ struct compiler_state {
   helper_pool helpers;
 
   mutable std::mutex mutex;
-  using entry = std::pair<std::string, std::shared_ptr<const compiled>>;
-  std::list<entry> lru;  // most recent first
-  std::unordered_map<std::string, std::list<entry>::iterator> index;
+  bounded_cache<std::shared_ptr<const compiled>> memory{{.max_entries = config.memory_entries}};  // LRU
   std::unordered_map<std::string, std::shared_future<result>> in_flight;
   compiler_stats stats;
 
@@ -108,8 +106,8 @@ struct compiler_state {
 
   [[nodiscard]] static std::string key_of(const nvrtc_api& api, const std::vector<std::string>& opts,
                                           std::string_view source) {
-    fnv1a_128 h;
-    h.add("specgen-nvrtc-cubin-v1").add(api.version_string);
+    hash128 h;
+    h.add("specgen-nvrtc-cubin-v2").add(api.version_string);
     for (const auto& o : opts) h.add(o);
     return h.add(source).hex();
   }
@@ -169,13 +167,7 @@ struct compiler_state {
 
   void remember(const std::string& key, std::shared_ptr<const compiled> c) {  // holds `mutex`
     if (config.memory_entries == 0) return;
-    if (auto it = index.find(key); it != index.end()) lru.erase(it->second);
-    lru.emplace_front(key, std::move(c));
-    index[key] = lru.begin();
-    while (lru.size() > config.memory_entries) {
-      index.erase(lru.back().first);
-      lru.pop_back();
-    }
+    memory.put(key, std::move(c));
   }
 
   expected<std::pair<const nvrtc_api*, std::vector<std::string>>, compile_failure> prepare(
@@ -199,10 +191,9 @@ struct compiler_state {
     std::promise<result> promise;
     {
       std::unique_lock lock(mutex);
-      if (auto it = index.find(key); it != index.end()) {
-        lru.splice(lru.begin(), lru, it->second);
+      if (auto* hit = memory.find(key)) {
         ++stats.memory_hits;
-        return it->second->second;
+        return *hit;
       }
       if (auto it = in_flight.find(key); it != in_flight.end()) {
         auto shared = it->second;

@@ -21,7 +21,7 @@ namespace gpu::detail {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr std::string_view magic = "specgen-compile-cache 2\n";
+constexpr std::string_view magic = "specgen-compile-cache 3\n";
 
 std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
 
@@ -47,7 +47,7 @@ fs::path subdir_of(const std::string& dir, const std::string& key) { return fs::
 
 std::string digest(const std::string& key, std::string_view cubin, const std::string& log, const std::string& kernels,
                    double seconds) {
-  fnv1a_128 h;
+  hash128 h;
   h.add(magic).add(key).add(cubin).add(log).add(kernels).add(fmt::format("{}", seconds));
   return h.hex();
 }

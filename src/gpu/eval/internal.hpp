@@ -8,12 +8,13 @@
 #include <specgen/plan.hpp>
 #include <specgen/task_io.hpp>
 
+#include "../common/bounded_cache.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -28,48 +29,37 @@ namespace gpu {
 using output_set = std::vector<std::vector<std::byte>>;
 
 /// Bounded, thread-safe map from a reference key to its outputs; the oldest
-/// entries go first when the byte budget is exceeded.
+/// entries go first when the byte budget is exceeded (lookups do not renew an
+/// entry: a reference is computed once per shape and seed, and read in bursts).
+/// The newest entry stays even when it alone exceeds the budget.
 class reference_cache {
  public:
-  explicit reference_cache(std::size_t budget_bytes) : budget_(budget_bytes) {}
+  // A budget of 0 keeps the newest entry only.
+  explicit reference_cache(std::size_t budget_bytes)
+      : cache_({.max_entries = budget_bytes == 0 ? std::size_t{1} : 0, .max_bytes = budget_bytes}) {}
 
-  std::shared_ptr<const output_set> find(const std::string& key) {
+  std::shared_ptr<const output_set> find(const std::string& key) const {
     std::lock_guard lock(mutex_);
-    auto it = entries_.find(key);
-    if (it == entries_.end()) return nullptr;
-    return it->second;
+    const auto* hit = cache_.peek(key);
+    return hit ? *hit : nullptr;
   }
 
   void insert(const std::string& key, std::shared_ptr<const output_set> outputs) {
     std::size_t bytes = 0;
     for (const auto& o : *outputs) bytes += o.size();
     std::lock_guard lock(mutex_);
-    if (entries_.contains(key)) return;
-    entries_.emplace(key, std::move(outputs));
-    order_.push_back({key, bytes});
-    total_ += bytes;
-    while (total_ > budget_ && order_.size() > 1) {
-      total_ -= order_.front().bytes;
-      entries_.erase(order_.front().key);
-      order_.pop_front();
-    }
+    if (cache_.contains(key)) return;
+    cache_.put(key, std::move(outputs), bytes);
   }
 
   [[nodiscard]] std::size_t bytes() const {
     std::lock_guard lock(mutex_);
-    return total_;
+    return cache_.bytes();
   }
 
  private:
-  struct entry {
-    std::string key;
-    std::size_t bytes;
-  };
   mutable std::mutex mutex_;
-  std::size_t budget_;
-  std::size_t total_ = 0;
-  std::map<std::string, std::shared_ptr<const output_set>> entries_;
-  std::list<entry> order_;
+  detail::bounded_cache<std::shared_ptr<const output_set>> cache_;
 };
 
 namespace eval_detail {

@@ -1,6 +1,7 @@
 #include "op_common.hpp"
 
 #include "cubin_info.hpp"
+#include "gpu/common/bounded_cache.hpp"
 
 #include <specgen/detail/parallel.hpp>
 #include <specgen/inputs.hpp>
@@ -13,10 +14,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <list>
 #include <thread>
 #include <memory>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -206,33 +205,20 @@ struct generated_input {
 /// checksummed after the run) every time.
 class input_cache {
  public:
-  input_cache() {
-    const char* env = std::getenv("SPECGEN_WORKER_INPUT_CACHE_MB");
-    budget_ = (env ? std::strtoull(env, nullptr, 10) : 4096ull) << 20;
-  }
+  input_cache() : budget_(budget_from_env()), cache_({.max_bytes = budget_}) {}
 
   std::shared_ptr<generated_input> get(const tensor_spec& spec, std::int64_t elements, std::uint64_t seed,
                                        std::optional<distribution> dist, bool absolute) {
     std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", spec.name, to_string(spec.type), fmt::join(spec.shape, ","),
                                   elements, seed, to_string(dist.value_or(spec.init)), absolute ? "abs" : "");
-    if (auto it = index_.find(key); it != index_.end()) {
-      order_.splice(order_.begin(), order_, it->second);
-      return it->second->second;
-    }
+    if (auto* hit = cache_.find(key)) return *hit;
     auto made = std::make_shared<generated_input>();
     made->bytes.resize(static_cast<std::size_t>(elements) * size_of(spec.type));
     fill_parallel(spec, elements, seed, dist, made->bytes);
     if (absolute) make_absolute(made->bytes, spec.type);
-    if (made->bytes.size() <= budget_) {
+    if (made->bytes.size() <= budget_) {  // one input over the budget is not kept at all
       if (made->bytes.size() >= pin_from_bytes) made->pin();
-      order_.emplace_front(key, made);
-      index_[std::move(key)] = order_.begin();
-      held_ += made->bytes.size();
-      while (held_ > budget_ && !order_.empty()) {
-        held_ -= order_.back().second->bytes.size();
-        index_.erase(order_.back().first);
-        order_.pop_back();
-      }
+      cache_.put(std::move(key), made, made->bytes.size());
     }
     return made;
   }
@@ -252,9 +238,13 @@ class input_cache {
 
   /// Smaller inputs upload quickly anyway; pinning costs a system call each.
   static constexpr std::size_t pin_from_bytes = std::size_t{1} << 20;
-  std::size_t budget_ = 0, held_ = 0;
-  std::list<std::pair<std::string, std::shared_ptr<generated_input>>> order_;
-  std::unordered_map<std::string, decltype(order_)::iterator> index_;
+  static std::size_t budget_from_env() {
+    const char* env = std::getenv("SPECGEN_WORKER_INPUT_CACHE_MB");
+    return (env ? std::strtoull(env, nullptr, 10) : 4096ull) << 20;
+  }
+
+  std::size_t budget_;
+  bounded_cache<std::shared_ptr<generated_input>> cache_;  // by bytes
 };
 
 input_cache& generated_inputs() {

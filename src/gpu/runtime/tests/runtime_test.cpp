@@ -5,7 +5,7 @@
 #include "cubin_info.hpp"
 #include "cupti.hpp"
 #include "driver.hpp"
-#include "lru_cache.hpp"
+#include "lru_cache.hpp"  // and the bounded cache it wraps
 #include "marshal.hpp"
 #include "nvml.hpp"
 #include "sample_stats.hpp"
@@ -259,6 +259,32 @@ TEST_CASE("the module cache keeps the most recently used entries") {
   one.put("x", 1);
   CHECK(one.capacity() == 1);
   CHECK(one.size() == 1);
+}
+
+TEST_CASE("the bounded cache keeps its byte budget, never drops the newest entry, and peek() leaves recency alone") {
+  rt::bounded_cache<int> c({.max_bytes = 100});
+  c.put("a", 1, 60);
+  c.put("b", 2, 30);
+  CHECK(c.bytes() == 90);
+  REQUIRE(c.peek("a"));  // not renewed: "a" is still the oldest
+  c.put("c", 3, 30);     // 120 bytes: drops a
+  CHECK_FALSE(c.contains("a"));
+  CHECK(c.bytes() == 60);
+  REQUIRE(c.find("b"));  // renewed: "c" is now the oldest
+  c.put("d", 4, 50);     // 110 bytes: drops c
+  CHECK_FALSE(c.contains("c"));
+  CHECK(c.contains("b"));
+  c.put("b", 5, 10);  // replacing counts the new weight only
+  CHECK(c.bytes() == 60);
+  c.put("huge", 6, 1000);  // alone over the budget: kept until the next put
+  CHECK(c.size() == 1);
+  CHECK(*c.find("huge") == 6);
+  rt::bounded_cache<int> both({.max_entries = 2, .max_bytes = 1000});
+  both.put("x", 1, 1);
+  both.put("y", 2, 1);
+  both.put("z", 3, 1);
+  CHECK(both.size() == 2);
+  CHECK_FALSE(both.contains("x"));
 }
 
 TEST_CASE("libcupti and NVML are looked for where the toolkit and the driver put them, or where the variables say") {
