@@ -6,6 +6,7 @@
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/hash.hpp>
+#include <specgen/detail/xxh3.hpp>
 #include <specgen/kv/blocks.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/policy/fields.hpp>
@@ -99,7 +100,7 @@ inline expected<duration, error> kv_backing::fetch(std::span<const std::uint64_t
 using kv_clock = std::function<timestamp()>;
 
 /**
- * A `kv_backing` in host memory: one `std::vector<std::byte>` and an FNV-1a
+ * A `kv_backing` in host memory: one `std::vector<std::byte>` and an XXH3
  * checksum per block, checked on every `get` so corruption is reported
  * instead of served.
  *
@@ -175,7 +176,7 @@ class host_backing final : public kv_backing {
     std::uint64_t sum = 0;
   };
   static std::uint64_t checksum(std::span<const std::byte> b) noexcept {
-    return fnv1a(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+    return detail::xxh3_64(b.data(), b.size());
   }
   std::uint64_t capacity_;
   std::size_t block_bytes_;
