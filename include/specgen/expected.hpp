@@ -6,10 +6,10 @@
 ///
 /// Errors are values at boundaries where a caller can act on them:
 /// @code
-///   specgen::expected<int, specgen::error> r = parse(...);
+///   specgen::expected<int, specgen::error> r = parse(text);
 ///   if (!r) std::cerr << r.error().message;
-///   auto doubled = parse(...).transform([](int v) { return 2 * v; });   // expected<int, error>
-///   auto checked = parse(...).and_then([](int v) -> specgen::expected<int> {
+///   auto doubled = parse(text).transform([](int v) { return 2 * v; });   // expected<int, error>
+///   auto checked = parse(text).and_then([](int v) -> specgen::expected<int> {
 ///     if (v < 0) return specgen::unexpected(specgen::error{"negative"});
 ///     return v;
 ///   });

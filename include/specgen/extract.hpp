@@ -618,7 +618,7 @@ inline declarations declared_globals(std::string_view source) {
 
 /// The `extern "C" __global__` kernels a source declares, in order of first declaration, each once.
 /// @code
-///   declared_kernels("extern \"C\" __global__ void add(float* x) { x[0] += 1; }")  // {"add"}
+///   declared_kernels("extern \"C\" __global__ void add(float* x) { x[0] += 1; }");  // {"add"}
 /// @endcode
 inline std::vector<std::string> declared_kernels(std::string_view source) {
   return detail::declared_globals(source).extern_c;

@@ -44,7 +44,7 @@ SPECGEN_BEGIN_NAMESPACE
 /// quiet NaN with the sign kept.
 ///
 /// @code
-///   specgen::float_to_half(1.0f) == 0x3C00;   specgen::float_to_half(65520.0f) == 0x7C00 (inf)
+///   specgen::float_to_half(1.0f) == 0x3C00;   specgen::float_to_half(65520.0f) == 0x7C00;  // inf
 /// @endcode
 constexpr std::uint16_t float_to_half(float f) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);

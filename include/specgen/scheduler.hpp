@@ -9,12 +9,14 @@
 ///
 /// @code
 ///   specgen::event_loop<specgen::virtual_clock> loop;
-///   specgen::sim::simulated_device dev(loop, table, {.devices = 4});  // any evaluator
+///   specgen::sim::simulated_device dev(loop, *table, {.devices = 4});  // any evaluator
 ///   specgen::device_scheduler sched(loop, dev.devices(), dev.compile_slots(),
 ///                                   specgen::policy::elastic{}, specgen::callbacks_for(dev));
-///   sched.enqueue(specgen::stage::compile, cand, task, /*group=*/round, [&](specgen::eval_outcome o) {
+///   auto c = std::make_shared<const specgen::candidate>(cand);  // jobs share the candidate and task
+///   auto t = std::make_shared<const specgen::task>(task);
+///   sched.enqueue(specgen::stage::compile, c, t, /*group=*/round, [&](specgen::eval_outcome o) {
 ///     if (!o.cancelled && o.result.kind == specgen::verdict_kind::ok)
-///       sched.enqueue(specgen::stage::validate, cand, task, round, on_validated);
+///       sched.enqueue(specgen::stage::validate, c, t, round, on_validated);
 ///   });
 ///   loop.run();  // returns once every job has finished
 /// @endcode

@@ -368,7 +368,7 @@ class task_reader {
 /// built in code should pass this too; fields are named as in the JSON format.
 ///
 /// @code
-///   if (auto ok = specgen::validate_task(t); !ok) std::cerr << ok.error().what();
+///   if (auto ok = specgen::validate_task(task); !ok) std::cerr << ok.error().what();
 /// @endcode
 inline expected<void, task_error> validate_task(const task& t, const device_limits& limits = {}) {
   using detail::is_identifier;

@@ -232,8 +232,8 @@ inline expected<std::vector<std::filesystem::path>, error> json_files_in(const s
  *   std::string line;
  *   while (true) {
  *     auto got = in->next(line);           // an error for a line over the limit
- *     if (!got || *got == line_reader::end) break;
- *     use(line, *got == line_reader::unterminated);
+ *     if (!got || *got == specgen::detail::line_reader::end) break;
+ *     use(line, *got == specgen::detail::line_reader::unterminated);
  *   }
  * @endcode
  */

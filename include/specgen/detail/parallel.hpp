@@ -27,7 +27,7 @@ inline std::size_t slice_count(std::size_t n, unsigned threads) {
 /// returns once all are done. Slices are contiguous, in order and cover [0, n).
 ///
 /// @code
-///   for_each_slice(n, 0, [&](std::size_t, std::size_t first, std::size_t last) { fill(first, last); });
+///   specgen::detail::for_each_slice(n, 0, [&](std::size_t, std::size_t first, std::size_t last) { fill(first, last); });
 /// @endcode
 template <class Fn>
 void for_each_slice(std::size_t n, unsigned threads, Fn&& fn) {

@@ -139,8 +139,8 @@ struct compiler_stats {
 /// Reads ptxas's `-v` report (which the compiler always requests) into one entry per
 /// entry function, in the order ptxas compiled them.
 /// @code
-///   auto k = parse_ptxas_info("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
-///                             "ptxas info    : Used 10 registers, used 1 barriers, 256 bytes smem\n");
+///   auto k = specgen::gpu::parse_ptxas_info("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+///                                           "ptxas info    : Used 10 registers, used 1 barriers, 256 bytes smem\n");
 ///   // k[0].registers == 10, k[0].static_smem_bytes == 256
 /// @endcode
 std::vector<kernel_resources> parse_ptxas_info(std::string_view log);
@@ -156,7 +156,7 @@ std::vector<kernel_resources> parse_ptxas_info(std::string_view log);
  * that NVRTC answers from a cache of its own has an empty log, but its cubin
  * always says which kernels exist and what they use.
  * @code
- *   auto k = read_cubin_kernels(compiled.cubin);
+ *   auto k = specgen::gpu::read_cubin_kernels(compiled.cubin);
  *   if (k) for (const auto& e : *k) std::cout << e.name << ": " << e.registers << " registers\n";
  * @endcode
  */
@@ -184,7 +184,7 @@ struct compiler_state;
  * @code
  *   specgen::gpu::compiler c({.threads = 4});
  *   c.compile_async(source, {}, [&](specgen::gpu::compiler::result r) {
- *     loop.post([r = std::move(r)] { ... });  // `done` runs on a compiler thread
+ *     loop.post([r = std::move(r)] { use(r); });  // `done` runs on a compiler thread
  *   });
  * @endcode
  */

@@ -238,7 +238,7 @@ struct pool_config {
   /// such as the KV store, to make room first: the evaluation always wins.
   /// Exceptions are swallowed (the hook is advisory). Empty: nothing is called.
   /// @code
-  ///   pc.before_job = [store](int device, std::uint64_t bytes) { store->make_room(device, bytes); };
+  ///   pc.before_job = [s = store](int device, std::uint64_t bytes) { s->make_room(device, bytes); };
   /// @endcode
   std::function<void(int device, std::uint64_t bytes)> before_job{};
 };

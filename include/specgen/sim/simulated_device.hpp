@@ -8,7 +8,8 @@
 /// @code
 ///   specgen::event_loop<specgen::virtual_clock> loop;
 ///   specgen::sim::simulated_device dev(loop, *table, {.devices = 2, .seed = 7});
-///   dev.submit({.id = 1, .kind = specgen::stage::compile, .cand = cand},
+///   auto c = std::make_shared<const specgen::candidate>(cand);
+///   dev.submit({.id = 1, .kind = specgen::stage::compile, .cand = c},
 ///              [](specgen::eval_outcome o) { /* o.result.kind, o.busy */ });
 ///   loop.run();
 /// @endcode
@@ -180,7 +181,8 @@ inline duration validation_time(const cost_entry& e, const sim_params& p) {
  * destroying it cancels its pending timers.
  *
  * @code
- *   dev.submit({.id = 2, .kind = specgen::stage::profile, .device = 0, .cand = cand}, on_done);
+ *   dev.submit({.id = 2, .kind = specgen::stage::profile, .device = 0,
+ *               .cand = std::make_shared<const specgen::candidate>(cand)}, on_done);
  *   dev.cancel(2);   // on_done gets cancelled = true, busy = time the GPU was held
  * @endcode
  */
