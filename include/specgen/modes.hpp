@@ -120,7 +120,7 @@ inline expected<engine_config, error> config_from_json(const nlohmann::json& j, 
  * otherwise run forks under the name "sequential".
  *
  * @code
- *   auto cfg = specgen::config_with_mode(file_json, "sequential");
+ *   auto cfg = specgen::config_with_mode(nlohmann::json::parse(R"({"trigger": "default"})"), "sequential");
  *   // error: "mode 'sequential' contradicts the config's trigger: ..."
  * @endcode
  */

@@ -45,7 +45,8 @@ namespace policy {
  * the same bytes, so give each engine its own store rather than copies of one.
  *
  * @code
- *   specgen::policy::backed_kv kv({.model = m}, std::make_unique<specgen::host_backing>(1ull << 30, m.bytes_per_block()));
+ *   const specgen::kv_model m{};
+ *   specgen::policy::backed_kv kv({.model = m}, std::make_shared<specgen::host_backing>(1ull << 30, m.bytes_per_block()));
  * @endcode
  */
 class backed_kv {

@@ -86,7 +86,8 @@ constexpr std::uint64_t block_mix(std::uint64_t x) noexcept { return mix64(x); }
  * blocks. A trailing partial block gets no key.
  *
  * @code
- *   auto keys = specgen::block_keys(prefix, 16);   // prefix.size() / 16 keys
+ *   const std::vector<specgen::token_id> prefix(100, 7);
+ *   auto keys = specgen::block_keys(prefix, 16);   // prefix.size() / 16 = 6 keys
  * @endcode
  */
 inline std::vector<std::uint64_t> block_keys(std::span<const token_id> tokens, int block_tokens, std::uint64_t salt = 0) {
@@ -121,6 +122,8 @@ struct block_index_stats {
  * needs them, and a chain with a hole is useless after the hole.
  *
  * @code
+ *   const std::vector<specgen::token_id> prefix(256, 7), longer_prefix(512, 7);
+ *   const int search = 0;                                                    // the blocks' owner
  *   specgen::block_index idx(1024);
  *   idx.insert(specgen::block_keys(prefix, 16), search);
  *   std::size_t cached = idx.match(specgen::block_keys(longer_prefix, 16));  // leading blocks present

@@ -18,18 +18,36 @@
 ///   `policy::builder`s, and `policy::make<Family>(json)` reads a config
 ///   through that table with the one field reader (`detail::read_fields`).
 ///
-/// Adding a family is one header: its interface, its policies, its `any_`
-/// type deriving from `basic_any`, and a traits struct with its table:
+/// Adding a family is one header: its interface, its policies, its `any_` type
+/// deriving from `basic_any`, and a traits struct with its table:
 ///
-/// @code
-///   struct my_family {
+/// @code // namespace scope
+///   namespace policy = specgen::policy;
+///   struct fancy_thing {  // a policy that is its own parameter aggregate
+///     int level = 1;
+///     int run(int x) const { return x * level; }
+///     std::string name() const { return "fancy"; }
+///     template <class Self, class F> static void fields(Self& s, F&& f) { f("level", s.level, specgen::detail::in(1, 9)); }
+///   };
+///   struct thing_interface {  // the family's calls
+///     struct calls { virtual ~calls() = default; virtual int run(int) const = 0; };
+///     template <class Base, class T>
+///     struct impl : specgen::detail::policy_holder<Base, T> {
+///       using specgen::detail::policy_holder<Base, T>::policy_holder;
+///       int run(int x) const override { return this->value.run(x); }
+///     };
+///   };
+///   class any_thing : public policy::basic_any<thing_interface, policy::ownership::shared> {
+///    public:
+///     any_thing(fancy_thing t) : basic_any(std::move(t)) {}
+///     int run(int x) const { return self().run(x); }
+///   };
+///   struct thing_family {
 ///     using any = any_thing;
 ///     static constexpr std::string_view name = "thing";
-///     static constexpr std::array<policy::builder<any_thing>, 2> kinds{{
-///         policy::from_params<any_thing, plain_thing>("plain"),
-///         policy::from_params<any_thing, fancy_thing>("fancy")}};
+///     static constexpr std::array<policy::builder<any_thing>, 1> kinds{{policy::from_params<any_thing, fancy_thing>("fancy")}};
 ///   };
-///   auto t = specgen::policy::make<my_family>(nlohmann::json::parse(R"({"fancy": {"level": 2}})"));
+///   inline auto t = policy::make<thing_family>(nlohmann::json::parse(R"({"fancy": {"level": 2}})"));  // t->run(3) == 6
 /// @endcode
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
@@ -101,24 +119,10 @@ namespace policy {
 
 /**
  * The type-erasure template of every policy family. `Interface` names the
- * family's calls:
- *
- * @code
- *   struct thing_interface {
- *     struct calls { virtual ~calls() = default; virtual int run(int) const = 0; };
- *     template <class Base, class T>
- *     struct impl : specgen::detail::policy_holder<Base, T> {
- *       using specgen::detail::policy_holder<Base, T>::policy_holder;
- *       int run(int x) const override { return this->value.run(x); }
- *     };
- *   };
- *   class any_thing : public policy::basic_any<thing_interface, policy::ownership::shared> {
- *    public:
- *     template <thing_policy T> requires(!std::derived_from<T, any_thing>)
- *     any_thing(T t) : basic_any(std::move(t)) {}
- *     int run(int x) const { return self().run(x); }
- *   };
- * @endcode
+ * family's calls (`calls`, pure virtual) and how a held policy answers them
+ * (`impl`, over `detail::policy_holder`); the family's `any_` type derives
+ * from `basic_any` and forwards each call to `self()` (the file comment above
+ * has a whole family).
  *
  * Built-in parameters are checked on construction: parameters out of range
  * in code are a programming error (`std::invalid_argument`); JSON configs

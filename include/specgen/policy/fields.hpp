@@ -17,7 +17,7 @@
 ///     [[nodiscard]] std::string invalid() const { return languages.empty() ? "languages must not be empty" : ""; }
 ///     friend bool operator==(const params&, const params&) = default;
 ///   };
-///   auto p = specgen::detail::read_fields<params>(j, "fence_closed");  // expected<params, error>
+///   auto p = specgen::detail::read_fields<params>(nlohmann::json::parse(R"({"samples": 3})"), "fence_closed");
 /// @endcode
 ///
 /// A number read without a declared range must fit its type (and be finite);

@@ -14,6 +14,9 @@
 ///
 /// @code
 ///   specgen::policy::remote_gpu_kv kv{{.capacity_bytes = 32ull << 30}};
+///   const int search = 0;
+///   std::vector<specgen::token_id> prefix(4096, 1);  // prompt ids, then reasoning ids
+///   specgen::fork_request fork;
 ///   kv.store(search, prefix);                      // at the trigger
 ///   if (auto l = kv.lease(prefix))                 // for the fork
 ///     fork.kv = *l;                                // l->fetch_time: 10 us + bytes / 395 GB/s
@@ -199,8 +202,8 @@ struct kv_interface {
  *
  * @code
  *   specgen::policy::any_kv kv = specgen::policy::remote_gpu_kv{};
- *   kv.store(0, prefix);
- *   if (auto s = kv.stats()) log(s->hits);
+ *   kv.store(0, std::vector<specgen::token_id>(64, 1));
+ *   if (auto s = kv.stats()) log("{} blocks resident", s->resident);
  * @endcode
  */
 class any_kv : public basic_any<kv_interface, ownership::cloned> {

@@ -10,6 +10,7 @@
 ///
 /// @code
 ///   specgen::policy::any_strategy s = specgen::policy::evolve{{.lanes = 4, .population = 8}};
+///   const specgen::policy::search_view view{.for_task = &task, .round = 1};  // the engine fills in the records
 ///   auto lanes = s.plan_round(view);   // 4 prompts, parents chosen by tournament
 /// @endcode
 #include <specgen/detail/config.hpp>

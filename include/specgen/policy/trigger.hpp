@@ -19,8 +19,11 @@
 ///       "any_of": [{"fence_closed": {"samples": 2}}, {"design_decision": {"samples": 2}}],
 ///       "gate": {"min_gap_tokens": 256, "max_forks_per_round": 24}})"));
 ///   if (!cfg) fail(cfg.error().message);
-///   if (auto fire = t.on_chunk({.text = reasoning, .new_from = old_size, .tokens = n}, ctx))
-///     fork(fire->samples, fire->trigger);
+///   const std::string reasoning = "...I'll use shared memory tiles. ";   // the stream's text so far
+///   const std::size_t old_size = 3;                                      // where the newest chunk starts
+///   const specgen::policy::trigger_context ctx{.idle_validation = 1};
+///   if (auto fire = t.on_chunk({.text = reasoning, .new_from = old_size, .tokens = 600}, ctx))
+///     use(fire->samples, fire->trigger);                                 // fork K samples
 /// @endcode
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
