@@ -48,6 +48,13 @@ inline std::string shown(const nlohmann::json& j, std::size_t max_chars = 60) {
   return s;
 }
 
+/// An error about the field at JSON pointer `pointer` ("" for the whole
+/// document) of `file`: `what()` reads "file: /inputs/2/shape: problem".
+inline error file_error(std::string file, std::string_view pointer, std::string problem) {
+  return error{.message = std::move(problem), .file = std::move(file),
+               .where = pointer.empty() ? std::string("/") : std::string(pointer)};
+}
+
 inline error json_error(std::string_view file, std::string_view pointer, std::string_view problem) {
   return error{fmt::format("{}: {}: {}", file, pointer.empty() ? std::string_view("/") : pointer, problem)};
 }

@@ -98,17 +98,6 @@ struct trace {
   }
 };
 
-/// Where a trace file is wrong: "file: /json/pointer: problem".
-struct trace_error {
-  std::string file{};
-  std::string pointer{};  ///< JSON pointer into the file ("" for the whole file)
-  std::string message{};
-  [[nodiscard]] std::string what() const {
-    return fmt::format("{}: {}: {}", file, pointer.empty() ? "/" : pointer, message);
-  }
-  friend bool operator==(const trace_error&, const trace_error&) = default;
-};
-
 /// Token count of text whose tokens are unknown: 1 token per 4 bytes (rounded
 /// up), at least 1 -- the usual rule of thumb for English and code with BPE
 /// tokenizers.
@@ -312,7 +301,7 @@ class trace_reader {
  public:
   explicit trace_reader(std::string file) : file_(std::move(file)) {}
 
-  expected<std::vector<trace>, trace_error> read_document(const nlohmann::json& j) {
+  expected<std::vector<trace>, error> read_document(const nlohmann::json& j) {
     if (!j.is_object()) return fail("", "a trace file is a JSON object with \"format\" and \"traces\"");
     if (auto e = keys(j, "", {"format", "traces"}); !e) return unexpected(e.error());
     if (!j.contains("format") || !j["format"].is_string())
@@ -332,10 +321,10 @@ class trace_reader {
   }
 
  private:
-  using err = expected<void, trace_error>;
+  using err = expected<void, error>;
 
-  unexpected<trace_error> fail(std::string pointer, std::string message) const {
-    return unexpected(trace_error{file_, std::move(pointer), std::move(message)});
+  unexpected<error> fail(std::string pointer, std::string message) const {
+    return unexpected(specgen::detail::file_error(file_, std::move(pointer), std::move(message)));
   }
 
   err keys(const nlohmann::json& j, const std::string& at, std::initializer_list<std::string_view> allowed) const {
@@ -348,7 +337,7 @@ class trace_reader {
     return {};
   }
 
-  expected<std::string, trace_error> str(const nlohmann::json& j, const std::string& at, const char* key) const {
+  expected<std::string, error> str(const nlohmann::json& j, const std::string& at, const char* key) const {
     if (!j.contains(key)) return fail(at + "/" + key, fmt::format("missing \"{}\"", key));
     if (!j[key].is_string()) return fail(at + "/" + key, "expected a string");
     return j[key].get<std::string>();
@@ -356,17 +345,17 @@ class trace_reader {
 
   /// An integer in `r`.
   template <class T>
-  expected<T, trace_error> count(const nlohmann::json& v, const std::string& at, const range<T>& r) const {
+  expected<T, error> count(const nlohmann::json& v, const std::string& at, const range<T>& r) const {
     T n{};
     if (!number_value(v, n) || !r.contains(n)) return fail(at, fmt::format("must be {}, got {}", r.describe(), shown(v)));
     return n;
   }
   /// A token count: at least `min`, at most limits::max_tokens.
-  expected<std::uint64_t, trace_error> tokens(const nlohmann::json& v, const std::string& at, std::uint64_t min) const {
+  expected<std::uint64_t, error> tokens(const nlohmann::json& v, const std::string& at, std::uint64_t min) const {
     return count(v, at, in<std::uint64_t>(min, limits::max_tokens));
   }
 
-  expected<answer_text, trace_error> read_answer(const nlohmann::json& j, const std::string& at) const {
+  expected<answer_text, error> read_answer(const nlohmann::json& j, const std::string& at) const {
     if (!j.is_object()) return fail(at, "expected an object {\"text\": ..., \"tokens\": ...}");
     if (auto e = keys(j, at, {"text", "tokens"}); !e) return unexpected(e.error());
     auto text = str(j, at, "text");
@@ -380,7 +369,7 @@ class trace_reader {
     return a;
   }
 
-  expected<segment, trace_error> read_segment(const nlohmann::json& j, const std::string& at) const {
+  expected<segment, error> read_segment(const nlohmann::json& j, const std::string& at) const {
     if (!j.is_object() || (j.contains("text") == j.contains("filler")))
       return fail(at, "a segment is {\"text\": ..., \"tokens\": ...} or {\"filler\": <tokens>, \"topic\": ...}");
     if (j.contains("filler")) {
@@ -401,7 +390,7 @@ class trace_reader {
     return segment{.text = std::move(a->text), .tokens = a->tokens, .filler = false, .topic = ""};
   }
 
-  expected<trace, trace_error> read_trace(const nlohmann::json& j, const std::string& at) const {
+  expected<trace, error> read_trace(const nlohmann::json& j, const std::string& at) const {
     if (!j.is_object()) return fail(at, "a trace is a JSON object");
     if (auto e = keys(j, at, {"id", "task", "round", "lane", "style", "segments", "answer", "forks"}); !e)
       return unexpected(e.error());
@@ -525,36 +514,36 @@ inline nlohmann::json traces_to_json(std::span<const trace> traces) {
 }
 
 /// Parse and validate a trace document; `file` names it in errors.
-inline expected<std::vector<trace>, trace_error> parse_traces(const nlohmann::json& j, std::string_view file) {
+inline expected<std::vector<trace>, error> parse_traces(const nlohmann::json& j, std::string_view file) {
   return detail::trace_reader(std::string(file)).read_document(j);
 }
 
 namespace detail {
 
-/// A trace_error from an `error` whose message reads "<file>: <problem>" or
+/// A file's error from an `error` whose message reads "<file>: <problem>" or
 /// "<file>: /json/pointer: <problem>" (the file helpers', a cost table's).
-inline trace_error whole_file_error(const std::string& file, const error& e) {
+inline error whole_file_error(const std::string& file, const error& e) {
   std::string m = e.message;
   if (m.starts_with(file + ": ")) m.erase(0, file.size() + 2);
   if (const auto colon = m.find(": "); m.starts_with("/") && colon != std::string::npos)
-    return trace_error{file, m.substr(0, colon), m.substr(colon + 2)};
-  return trace_error{file, "", std::move(m)};
+    return specgen::detail::file_error(file, m.substr(0, colon), m.substr(colon + 2));
+  return specgen::detail::file_error(file, "", std::move(m));
 }
 
-inline expected<std::vector<trace>, trace_error> load_trace_file(const std::filesystem::path& path) {
+inline expected<std::vector<trace>, error> load_trace_file(const std::filesystem::path& path) {
   auto j = read_json_file(path, file_kinds::trace, /*comments=*/false);
   if (!j) return unexpected(whole_file_error(path.string(), j.error()));
   return parse_traces(*j, path.string());
 }
 
-inline expected<std::vector<trace>, trace_error> load_traces_from(const std::filesystem::path& path) {
+inline expected<std::vector<trace>, error> load_traces_from(const std::filesystem::path& path) {
   std::vector<std::filesystem::path> files{};
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     auto listed = json_files_in(path);
     if (!listed) return unexpected(whole_file_error(path.string(), listed.error()));
     files = std::move(*listed);
-    if (files.empty()) return unexpected(trace_error{path.string(), "", "the directory holds no *.json trace files"});
+    if (files.empty()) return unexpected(specgen::detail::file_error(path.string(), "", "the directory holds no *.json trace files"));
   } else {
     files.push_back(path);
   }
@@ -568,13 +557,13 @@ inline expected<std::vector<trace>, trace_error> load_traces_from(const std::fil
       trace& t = (*part)[i];
       const std::string where = fmt::format("{}: /traces/{}", f.string(), i);
       if (auto [it, fresh] = seen_id.emplace(t.id, where); !fresh)
-        return unexpected(trace_error{f.string(), fmt::format("/traces/{}/id", i),
-                                      fmt::format("duplicate trace id \"{}\" (also at {})", t.id, it->second)});
+        return unexpected(specgen::detail::file_error(f.string(), fmt::format("/traces/{}/id", i),
+                                      fmt::format("duplicate trace id \"{}\" (also at {})", t.id, it->second)));
       if (auto [it, fresh] = seen_slot.emplace(std::tuple{t.task, t.round, t.lane.value_or(-1)}, where); !fresh)
-        return unexpected(trace_error{f.string(), fmt::format("/traces/{}", i),
+        return unexpected(specgen::detail::file_error(f.string(), fmt::format("/traces/{}", i),
                                       fmt::format("a second trace for task \"{}\" round {} lane {} (also at {})",
                                                   t.task, t.round, t.lane ? std::to_string(*t.lane) : "any",
-                                                  it->second)});
+                                                  it->second)));
       all.push_back(std::move(t));
     }
   }
@@ -586,22 +575,22 @@ inline expected<std::vector<trace>, trace_error> load_traces_from(const std::fil
 /// Load traces from a file, or from every `*.json` file of a directory (in
 /// name order). Rejects two traces with the same id, or for the same (task,
 /// round, lane), naming both places. Every failure (a file that is not a
-/// regular file, one over 64 MiB, a value out of range) is a `trace_error`;
+/// regular file, one over 64 MiB, a value out of range) is an `error`;
 /// this never throws.
-inline expected<std::vector<trace>, trace_error> load_traces(const std::filesystem::path& path) noexcept {
+inline expected<std::vector<trace>, error> load_traces(const std::filesystem::path& path) noexcept {
   try {
     return detail::load_traces_from(path);
   } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
-    return unexpected(trace_error{path.string(), "", fmt::format("cannot load the traces: {}", e.what())});
+    return unexpected(specgen::detail::file_error(path.string(), "", fmt::format("cannot load the traces: {}", e.what())));
   }
 }
 
 /// Write `traces` as one trace file.
-inline expected<void, trace_error> write_traces(const std::filesystem::path& file, std::span<const trace> traces) {
+inline expected<void, error> write_traces(const std::filesystem::path& file, std::span<const trace> traces) {
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out) return unexpected(trace_error{file.string(), "", "cannot create the file"});
+  if (!out) return unexpected(specgen::detail::file_error(file.string(), "", "cannot create the file"));
   out << traces_to_json(traces).dump(1) << '\n';
-  if (!out) return unexpected(trace_error{file.string(), "", "write failed"});
+  if (!out) return unexpected(specgen::detail::file_error(file.string(), "", "write failed"));
   return {};
 }
 

@@ -191,7 +191,7 @@ TEST_CASE("a vLLM without token ids (before 0.10.2) gets text forks; fork_prompt
     auto model = make_backend(loop, c);
     recorder main, forks;
     stream_id parent = 0;
-    std::optional<expected<stream_id, backend_error>> forked;
+    std::optional<expected<stream_id, error>> forked;
     main.on_each = [&](const stream_chunk& ch) {
       if (ch.reasoning && !forked) forked = model->fork({.ctx = {}, .parent = parent, .reasoning_prefix = {}, .samples = 1}, forks);
     };
@@ -494,7 +494,7 @@ TEST_CASE("a fork must carry the exact ids its parent delivered") {
   auto model = make_backend(loop, config_for(server));
   recorder main, forks;
   stream_id parent = 0;
-  std::optional<expected<stream_id, backend_error>> wrong, unknown;
+  std::optional<expected<stream_id, error>> wrong, unknown;
   main.on_each = [&](const stream_chunk& c) {
     if (!c.reasoning || wrong) return;
     std::vector<token_id> ids = main.ids(parent, true);
