@@ -56,39 +56,14 @@ inline std::string binding_text(const shape_binding& b) {
   return out;
 }
 
-/// RFC 6901 escaping of one reference token.
-inline std::string pointer_token(std::string_view key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
-
-inline std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 inline bool is_task_name(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_name_char(c) || c == '-' || c == '.'; });
 }
 
 /// An error for a whole file from a file helper's error, whose message
-/// already starts with the file's name.
+/// already starts with the file's name (or which names its file already).
 inline error whole_file_error(const std::string& file, const error& e) {
+  if (!e.file.empty()) return e;  // already names its file and JSON pointer
   std::string m = e.message;
   if (m.starts_with(file + ": ")) m.erase(0, file.size() + 2);
   return detail::task_failure(file, "", std::move(m));
@@ -193,16 +168,7 @@ class task_reader {
   maybe_error keys(const json& j, const std::string& at, std::initializer_list<std::string_view> allowed,
                    std::initializer_list<std::string_view> required) const {
     if (!j.is_object()) return err(at, fmt::format("must be an object, got {}", type_name(j)));
-    for (const auto& [k, v] : j.items()) {
-      if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
-      std::string msg = fmt::format("unknown key '{}'", k);
-      const auto best = std::min_element(allowed.begin(), allowed.end(), [&](auto a, auto b) {
-        return edit_distance(k, a) < edit_distance(k, b);
-      });
-      if (edit_distance(k, *best) <= 2) msg += fmt::format(" (did you mean '{}'?)", *best);
-      msg += fmt::format("; allowed: {}", fmt::join(allowed, ", "));
-      return err(at + "/" + pointer_token(k), msg);
-    }
+    if (auto k = unknown_key(j, allowed)) return err(at + "/" + pointer_token(*k), unknown_key_problem(*k, allowed));
     for (auto k : required)
       if (!j.contains(k)) return err(at, fmt::format("missing required key '{}'", k));
     return std::nullopt;
@@ -522,10 +488,9 @@ inline expected<void, error> validate_task(const task& t, const device_limits& l
 /// the base of relative `source_file` paths.
 inline expected<task, error> parse_task(const nlohmann::json& j, std::string_view file) {
   const std::filesystem::path path(file);
-  auto t = detail::task_reader(std::string(file), path.parent_path()).read(j);
-  if (!t) return t;
-  if (auto ok = validate_task(*t); !ok) return unexpected(ok.error());
-  return t;
+  return detail::task_reader(std::string(file), path.parent_path()).read(j).and_then([](task t) {
+    return validate_task(t).transform([&] { return std::move(t); });
+  });
 }
 
 /// Load and check one task file (JSON; `//` and `/* */` comments allowed).
@@ -535,9 +500,9 @@ inline expected<task, error> parse_task(const nlohmann::json& j, std::string_vie
 inline expected<task, error> load_task(const std::filesystem::path& path) noexcept {
   const std::string file = path.string();
   try {
-    auto j = detail::read_json_file(path, detail::file_kinds::task);
-    if (!j) return unexpected(detail::whole_file_error(file, j.error()));
-    return parse_task(*j, file);
+    return detail::read_json_file(path, detail::file_kinds::task)
+        .transform_error([&](const error& e) { return detail::whole_file_error(file, e); })
+        .and_then([&](const nlohmann::json& j) { return parse_task(j, file); });
   } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
     return unexpected(detail::task_failure(file, "", fmt::format("cannot load the task: {}", e.what())));
   }
