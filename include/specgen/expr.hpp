@@ -488,9 +488,8 @@ class size_expr {
 ///   // !e; e.error().code == errc::syntax; e.error().column == 5
 /// @endcode
 inline expected<size_expr, error> parse_size_expr(std::string_view text) {
-  auto tree = detail::expr_parser(text).run();
-  if (!tree) return unexpected(tree.error());
-  return size_expr(std::move(*tree));
+  return detail::expr_parser(text).run().transform(
+      [](std::shared_ptr<const detail::expr_tree> tree) { return size_expr(std::move(tree)); });
 }
 
 SPECGEN_END_NAMESPACE

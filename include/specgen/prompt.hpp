@@ -622,13 +622,13 @@ static_assert(prompt_builder<any_prompt_builder>);
 
 /// A prompt builder from JSON: `"default"` or `{"default": {"log_lines": 20, "max_feedback_kernels": 12}}`.
 inline expected<any_prompt_builder, error> make_prompt_builder(const nlohmann::json& j) {
-  auto cfg = detail::split_config(j, "prompt", "default");
-  if (!cfg) return unexpected(cfg.error());
-  if (cfg->kind != "default")
-    return unexpected(error{fmt::format("prompt: unknown kind '{}' (known: default; a host's own builder is set in code)", cfg->kind)});
-  auto p = detail::read_fields<prompt_params>(*cfg->body, "prompt default");
-  if (!p) return unexpected(p.error());
-  return any_prompt_builder(default_prompt_builder{*p});
+  return detail::split_config(j, "prompt", "default")
+      .and_then([](const detail::policy_config& cfg) -> expected<prompt_params, error> {
+        if (cfg.kind != "default")
+          return unexpected(error{fmt::format("prompt: unknown kind '{}' (known: default; a host's own builder is set in code)", cfg.kind)});
+        return detail::read_fields<prompt_params>(*cfg.body, "prompt default");
+      })
+      .transform([](const prompt_params& p) { return any_prompt_builder(default_prompt_builder{p}); });
 }
 
 SPECGEN_END_NAMESPACE

@@ -866,19 +866,23 @@ inline expected<void, error> write_corpus(const corpus& c, const std::filesystem
 inline expected<corpus, error> load_corpus(const std::filesystem::path& dir) noexcept {
   try {
     corpus c;
-    auto files = specgen::detail::json_files_in(dir / "tasks");
-    if (!files) return unexpected(detail::whole_file_error((dir / "tasks").string(), files.error()));
-    auto tasks = load_tasks(*files);
-    if (!tasks) return unexpected(tasks.error());
-    c.tasks = std::move(*tasks);
-    auto traces = load_traces(dir / "traces");
-    if (!traces) return unexpected(traces.error());
-    c.traces = std::move(*traces);
     const auto table = dir / "cost_table.json";
-    auto costs = load_cost_table(table);
-    if (!costs) return unexpected(detail::whole_file_error(table.string(), costs.error()));
-    c.costs = std::move(*costs);
-    return c;
+    return specgen::detail::json_files_in(dir / "tasks")
+        .transform_error([&](const error& e) { return detail::whole_file_error((dir / "tasks").string(), e); })
+        .and_then([](const std::vector<std::filesystem::path>& files) { return load_tasks(files); })
+        .and_then([&](std::vector<task> tasks) {
+          c.tasks = std::move(tasks);
+          return load_traces(dir / "traces");
+        })
+        .and_then([&](std::vector<trace> traces) {
+          c.traces = std::move(traces);
+          return load_cost_table(table).transform_error(
+              [&](const error& e) { return detail::whole_file_error(table.string(), e); });
+        })
+        .transform([&](cost_table costs) {
+          c.costs = std::move(costs);
+          return std::move(c);
+        });
   } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
     return unexpected(specgen::detail::file_error(dir.string(), "", fmt::format("cannot load the corpus: {}", e.what())));
   }
