@@ -721,12 +721,12 @@ class fork_timer : private stream_sink {
  public:
   explicit fork_timer(B& inner) : inner_(inner) {}
   backend_limits limits() const { return inner_.limits(); }
-  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+  expected<stream_id, error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
     auto id = inner_.start_reasoning(r, *this);
     if (id) sinks_[*id] = &sink;
     return id;
   }
-  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+  expected<stream_id, error> fork(const fork_request& f, stream_sink& sink) {
     const auto began = delivering_ ? *delivering_ : steady::now();
     auto id = inner_.fork(f, *this);
     if (id) {

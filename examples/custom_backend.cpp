@@ -59,7 +59,7 @@ class toy_backend {
 
   [[nodiscard]] backend_limits limits() const noexcept { return {.max_concurrent_streams = 8, .token_ids = true, .kv_hooks = false}; }
 
-  expected<stream_id, backend_error> start_reasoning(const reasoning_request&, stream_sink& sink) {
+  expected<stream_id, error> start_reasoning(const reasoning_request&, stream_sink& sink) {
     auto& r = add(sink, 1);
     r.worker = std::thread([this, &r] {
       for (std::size_t i = 0; i < script_.reasoning.size() && !r.stop; ++i)
@@ -70,10 +70,10 @@ class toy_backend {
     return r.id;
   }
 
-  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+  expected<stream_id, error> fork(const fork_request& f, stream_sink& sink) {
     auto parent = requests_.find(f.parent);
     if (parent == requests_.end() || parent->second->emitted.size() < f.reasoning_prefix.size())
-      return unexpected(backend_error{fmt::format("toy: no stream {} with that many ids", f.parent), false});
+      return unexpected(error{fmt::format("toy: no stream {} with that many ids", f.parent)});
     // The exact prefix the engine received. A real engine would continue its
     // KV cache from here; the toy answers with the last kernel written in it.
     std::string prefix;

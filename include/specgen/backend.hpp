@@ -131,18 +131,13 @@ struct backend_limits {
   bool kv_hooks = false;            ///< the backend uses kv_lease handles
 };
 
-struct backend_error {
-  std::string message{};
-  bool retryable = false;
-};
-
 /// An LLM backend.
 template <class B>
 concept backend = requires(B& b, const B& cb, const reasoning_request& r, const fork_request& f,
                            stream_id id, stream_sink& sink) {
   { cb.limits() } -> std::convertible_to<backend_limits>;
-  { b.start_reasoning(r, sink) } -> std::same_as<expected<stream_id, backend_error>>;
-  { b.fork(f, sink) } -> std::same_as<expected<stream_id, backend_error>>;
+  { b.start_reasoning(r, sink) } -> std::same_as<expected<stream_id, error>>;
+  { b.fork(f, sink) } -> std::same_as<expected<stream_id, error>>;
   /// Stop a stream or fork. The sink still receives `on_end(cancelled)` for
   /// every sample not yet ended, and no chunk after the cancel.
   { b.cancel(id) } -> std::same_as<void>;

@@ -202,15 +202,15 @@ inline expected<std::pair<std::uint64_t, cost_entry>, error> parse_entry(const n
 }  // namespace detail
 
 /**
- * Reads a cost table from parsed JSON. `file` names the source in error
- * messages, which read `<file>: <JSON pointer>: <problem>`.
+ * Reads a cost table from parsed JSON. `file` names the source in errors,
+ * whose `what()` reads `<file>: <JSON pointer>: <problem>`.
  *
  * Unknown fields are ignored, so a newer writer can add fields; a key listed
  * twice is an error.
  *
  * @code
  *   auto t = specgen::parse_cost_table(nlohmann::json::parse(text), "inline");
- *   // t.error().message == "inline: /kernels/0/verdict: unknown verdict \"okay\" (one of: ...)"
+ *   // t.error().what() == "inline: /kernels/0/verdict: unknown verdict \"okay\" (one of: ...)"
  * @endcode
  */
 inline expected<cost_table, error> parse_cost_table(const nlohmann::json& j, std::string_view file = "<json>") {
@@ -246,9 +246,8 @@ inline expected<cost_table, error> parse_cost_table(const nlohmann::json& j, std
 /// name the path and say what to fix; this never throws.
 inline expected<cost_table, error> load_cost_table(const std::filesystem::path& path) noexcept {
   try {
-    auto j = detail::read_json_file(path, detail::file_kinds::cost_table, /*comments=*/false);
-    if (!j) return unexpected(j.error());
-    return parse_cost_table(*j, path.string());
+    return detail::read_json_file(path, detail::file_kinds::cost_table, /*comments=*/false)
+        .and_then([&](const nlohmann::json& j) { return parse_cost_table(j, path.string()); });
   } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
     return unexpected(error{fmt::format("{}: cannot load the cost table: {}", path.string(), e.what())});
   }

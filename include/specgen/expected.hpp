@@ -16,6 +16,8 @@
 /// @endcode
 #include <specgen/detail/config.hpp>
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -25,9 +27,50 @@
 
 SPECGEN_BEGIN_NAMESPACE
 
-/// The generic error value: a message a person (or a model) can act on.
+/// What kind of failure an `error` is, for callers that branch on it; most
+/// errors are `generic` and only their text matters.
+enum class errc : std::uint8_t {
+  generic,           ///< no particular kind
+  syntax,            ///< an expression's text is not an expression
+  unknown_name,      ///< an expression names a size that has no value
+  division_by_zero,  ///< `/` or `cdiv` with a zero divisor
+  overflow,          ///< a literal or an intermediate result leaves signed 64 bits
+};
+
+/// The one error value of the library: what is wrong and where, so a person
+/// (or a model) can act on it without a debugger. `error{"text"}` is the
+/// common case; the other members say where the fault lies when it is known
+/// (a file and a JSON pointer into it, a line and column of a plan, a column
+/// of an expression) and `what()` puts them together.
 struct error {
-  std::string message;
+  std::string message;    ///< the problem, one line, without the place
+  std::string file{};     ///< the file at fault; "" when none
+  std::string where{};    ///< inside it: a JSON pointer ("/inputs/2/shape"), or a plan field ("grid.x")
+  int line = 0;           ///< 1-based line of a text; 0 when not tied to a line
+  int column = 0;         ///< 1-based column; 0 when unknown
+  errc code = errc::generic;
+  bool retryable = false;  ///< the same request may succeed later (a backend's overload, a dropped connection)
+  std::string source{};    ///< an expression's text, which `column` points into
+
+  /// "file: line 3, column 12: where: message" (the parts that are known);
+  /// for an expression's error (a `code` other than `generic`), then the
+  /// expression and a caret under the offending character.
+  [[nodiscard]] std::string what() const {
+    std::string out;
+    if (!file.empty()) out += file + ": ";
+    if (line > 0) {
+      out += "line " + std::to_string(line);
+      if (column > 0) out += ", column " + std::to_string(column);
+      out += ": ";
+    } else if (column > 0) {
+      out += "column " + std::to_string(column) + ": ";
+    }
+    if (!where.empty()) out += where + ": ";
+    out += message;
+    if (code != errc::generic)  // an expression's error: its text, and a caret under the fault
+      out += "\n  " + source + "\n  " + std::string(column > 0 ? static_cast<std::size_t>(column - 1) : 0, ' ') + "^";
+    return out;
+  }
   friend bool operator==(const error&, const error&) = default;
 };
 

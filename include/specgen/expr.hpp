@@ -11,7 +11,7 @@
 /// @code
 ///   auto e = specgen::parse_size_expr("cdiv(N, 256) * 4");
 ///   if (!e) { std::cerr << e.error().what(); return; }
-///   auto v = e->eval({{"N", 1000}});   // expected<int64_t, expr_error>: 16
+///   auto v = e->eval({{"N", 1000}});   // expected<int64_t, error>: 16
 ///   e->to_string();                     // "cdiv(N, 256) * 4"
 ///   e->names();                         // {"N"}
 /// @endcode
@@ -54,29 +54,13 @@ using size_binding = std::map<std::string, std::int64_t>;
 /// A caller-supplied way to look names up; `nullopt` means "unknown name".
 using size_lookup = std::function<std::optional<std::int64_t>(std::string_view)>;
 
-enum class expr_errc : std::uint8_t {
-  syntax,            ///< the text is not an expression
-  unknown_name,      ///< a name has no value in the binding
-  division_by_zero,  ///< `/` or `cdiv` with a zero divisor
-  overflow,          ///< a literal or an intermediate result leaves signed 64 bits
-};
-
-/// Why an expression did not parse or evaluate.
-struct expr_error {
-  expr_errc code = expr_errc::syntax;
-  std::size_t position = 0;  ///< 0-based byte offset into `text`
-  std::string message;       ///< one line, without the position
-  std::string text;          ///< the whole expression
-
-  /// "column 5: message" followed by the expression and a caret under the
-  /// offending character, ready to show a person or a model.
-  [[nodiscard]] std::string what() const {
-    return fmt::format("column {}: {}\n  {}\n  {}^", position + 1, message, text, std::string(position, ' '));
-  }
-  friend bool operator==(const expr_error&, const expr_error&) = default;
-};
-
 namespace detail {
+
+/// An expression's error: `message` at byte `at` of `text`, shown by
+/// `error::what()` as "column N: message" with the text and a caret under it.
+inline error expr_failure(errc code, std::size_t at, std::string message, std::string text) {
+  return error{.message = std::move(message), .column = static_cast<int>(at) + 1, .code = code, .source = std::move(text)};
+}
 
 enum class expr_op : std::uint8_t { literal, name, neg, add, sub, mul, div, cdiv, min, max };
 
@@ -117,7 +101,7 @@ class expr_parser {
  public:
   explicit expr_parser(std::string_view text) : text_(text) { tree_->text = std::string(text); }
 
-  expected<std::shared_ptr<const expr_tree>, expr_error> run() {
+  expected<std::shared_ptr<const expr_tree>, error> run() {
     skip_space();
     if (at_end()) return fail(0, "expected an expression, found nothing");
     auto root = parse_sum();
@@ -129,14 +113,14 @@ class expr_parser {
   }
 
  private:
-  using result = expected<std::uint32_t, expr_error>;
+  using result = expected<std::uint32_t, error>;
 
   bool at_end() const noexcept { return pos_ >= text_.size(); }
   void skip_space() noexcept {
     while (!at_end() && (text_[pos_] == ' ' || text_[pos_] == '\t')) ++pos_;
   }
-  unexpected<expr_error> fail(std::size_t at, std::string msg, expr_errc code = expr_errc::syntax) const {
-    return unexpected(expr_error{code, at, std::move(msg), std::string(text_)});
+  unexpected<error> fail(std::size_t at, std::string msg, errc code = errc::syntax) const {
+    return unexpected(expr_failure(code, at, std::move(msg), std::string(text_)));
   }
   std::string describe_here() const {
     return at_end() ? std::string("the end") : fmt::format("'{}'", text_[pos_]);
@@ -212,7 +196,7 @@ class expr_parser {
           return fail(start,
                       fmt::format("integer literal {} does not fit in signed 64 bits",
                                   text_.substr(start, pos_ - start)),
-                      expr_errc::overflow);
+                      errc::overflow);
         }
         ++pos_;
       }
@@ -305,7 +289,7 @@ class size_expr {
   }
 
   /// Evaluate with every name looked up in `binding`.
-  [[nodiscard]] expected<std::int64_t, expr_error> eval(const size_binding& binding) const {
+  [[nodiscard]] expected<std::int64_t, error> eval(const size_binding& binding) const {
     std::vector<std::string> known;
     known.reserve(binding.size());
     for (const auto& [k, v] : binding) known.push_back(k);
@@ -320,7 +304,7 @@ class size_expr {
 
   /// Evaluate with names resolved by `lookup`. `known` only improves the
   /// message of an unknown-name error ("known: M, N").
-  [[nodiscard]] expected<std::int64_t, expr_error> eval(const size_lookup& lookup,
+  [[nodiscard]] expected<std::int64_t, error> eval(const size_lookup& lookup,
                                                         std::span<const std::string> known = {}) const {
     return eval_node(tree_->root, lookup, known);
   }
@@ -367,7 +351,7 @@ class size_expr {
   }
 
  private:
-  friend expected<size_expr, expr_error> parse_size_expr(std::string_view text);
+  friend expected<size_expr, error> parse_size_expr(std::string_view text);
   explicit size_expr(std::shared_ptr<const detail::expr_tree> t) : tree_(std::move(t)) {}
   detail::expr_tree* tree_mut() { return const_cast<detail::expr_tree*>(tree_.get()); }  // only while building
 
@@ -439,18 +423,18 @@ class size_expr {
     return out;
   }
 
-  expected<std::int64_t, expr_error> eval_node(std::uint32_t i, const size_lookup& lookup,
+  expected<std::int64_t, error> eval_node(std::uint32_t i, const size_lookup& lookup,
                                                std::span<const std::string> known) const {
     using detail::expr_op;
     const auto& n = tree_->nodes[i];
-    auto fail = [&](expr_errc code, std::string msg) {
-      return unexpected(expr_error{code, n.pos, std::move(msg), tree_->text});
+    auto fail = [&](errc code, std::string msg) {
+      return unexpected(detail::expr_failure(code, n.pos, std::move(msg), tree_->text));
     };
     if (n.op == expr_op::literal) return n.value;
     if (n.op == expr_op::name) {
       if (auto v = lookup(n.name)) return *v;
-      if (known.empty()) return fail(expr_errc::unknown_name, fmt::format("unknown name '{}'", n.name));
-      return fail(expr_errc::unknown_name,
+      if (known.empty()) return fail(errc::unknown_name, fmt::format("unknown name '{}'", n.name));
+      return fail(errc::unknown_name,
                   fmt::format("unknown name '{}' (known: {})", n.name, fmt::join(known, ", ")));
     }
     auto a = eval_node(n.lhs, lookup, known);
@@ -458,14 +442,14 @@ class size_expr {
     std::int64_t r = 0;
     if (n.op == expr_op::neg) {
       if (__builtin_sub_overflow(std::int64_t{0}, *a, &r))
-        return fail(expr_errc::overflow, fmt::format("-({}) overflows signed 64 bits", *a));
+        return fail(errc::overflow, fmt::format("-({}) overflows signed 64 bits", *a));
       return r;
     }
     auto b = eval_node(n.rhs, lookup, known);
     if (!b) return b;
     const std::int64_t x = *a, y = *b;
     auto overflow = [&](std::string_view op) {
-      return fail(expr_errc::overflow, fmt::format("{} {} {} overflows signed 64 bits", x, op, y));
+      return fail(errc::overflow, fmt::format("{} {} {} overflows signed 64 bits", x, op, y));
     };
     switch (n.op) {
       case expr_op::add:
@@ -483,10 +467,10 @@ class size_expr {
     }
     const bool is_cdiv = n.op == expr_op::cdiv;
     if (y == 0)
-      return fail(expr_errc::division_by_zero,
+      return fail(errc::division_by_zero,
                   fmt::format("division by zero: the divisor '{}' is 0", text_of(n.rhs)));
     if (x == std::numeric_limits<std::int64_t>::min() && y == -1)
-      return is_cdiv ? fail(expr_errc::overflow, fmt::format("cdiv({}, -1) overflows signed 64 bits", x))
+      return is_cdiv ? fail(errc::overflow, fmt::format("cdiv({}, -1) overflows signed 64 bits", x))
                      : overflow("/");
     std::int64_t q = x / y;
     // Ceiling: truncation rounded toward -inf exactly when the true quotient is positive and inexact.
@@ -501,12 +485,11 @@ class size_expr {
 ///
 /// @code
 ///   auto e = specgen::parse_size_expr("N + * 2");
-///   // !e; e.error().code == expr_errc::syntax; e.error().position == 4
+///   // !e; e.error().code == errc::syntax; e.error().column == 5
 /// @endcode
-inline expected<size_expr, expr_error> parse_size_expr(std::string_view text) {
-  auto tree = detail::expr_parser(text).run();
-  if (!tree) return unexpected(tree.error());
-  return size_expr(std::move(*tree));
+inline expected<size_expr, error> parse_size_expr(std::string_view text) {
+  return detail::expr_parser(text).run().transform(
+      [](std::shared_ptr<const detail::expr_tree> tree) { return size_expr(std::move(tree)); });
 }
 
 SPECGEN_END_NAMESPACE

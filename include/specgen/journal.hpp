@@ -571,7 +571,9 @@ inline void apply_run_start(journal_state& s, const nlohmann::json& r, std::size
 }
 
 /// Folds one record into the state. Unknown record types are skipped, so the
-/// engine may journal more than resuming needs.
+/// engine may journal more than resuming needs. The format is deliberately
+/// open in its keys too: a record's keys this version does not read are
+/// ignored, so a journal written by a newer version stays readable.
 inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t line) {
   namespace rec = journal_records;
   const auto type = r.at("type").get<std::string>();
@@ -683,10 +685,11 @@ inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t 
 /// @endcode
 inline expected<journal_state, error> load_journal(const std::filesystem::path& path) {
   journal_state state;
-  auto read = detail::for_each_record(path, [&](std::size_t line, const nlohmann::json& r) { detail::apply_record(state, r, line); });
-  if (!read) return unexpected(read.error());
-  state.torn_line = *read;
-  return state;
+  return detail::for_each_record(path, [&](std::size_t line, const nlohmann::json& r) { detail::apply_record(state, r, line); })
+      .transform([&](std::optional<std::size_t> torn) {
+        state.torn_line = torn;
+        return std::move(state);
+      });
 }
 
 /// True when two journals hold the same records once the times (`t_ns`, `t`)
@@ -697,19 +700,16 @@ inline expected<bool, error> journals_equal_ignoring_time(const std::filesystem:
                                                           const std::filesystem::path& b) {
   auto records_of = [](const std::filesystem::path& p) -> expected<std::vector<nlohmann::json>, error> {
     std::vector<nlohmann::json> out;
-    auto read = detail::for_each_record(p, [&](std::size_t, nlohmann::json r) {
-      r.erase("t_ns");
-      r.erase("t");
-      out.push_back(std::move(r));
-    });
-    if (!read) return unexpected(read.error());
-    return out;
+    return detail::for_each_record(p, [&](std::size_t, nlohmann::json r) {
+             r.erase("t_ns");
+             r.erase("t");
+             out.push_back(std::move(r));
+           })
+        .transform([&](const auto&) { return std::move(out); });
   };
-  auto ra = records_of(a);
-  if (!ra) return unexpected(ra.error());
-  auto rb = records_of(b);
-  if (!rb) return unexpected(rb.error());
-  return *ra == *rb;
+  return records_of(a).and_then([&](const std::vector<nlohmann::json>& ra) {
+    return records_of(b).transform([&](const std::vector<nlohmann::json>& rb) { return ra == rb; });
+  });
 }
 
 SPECGEN_END_NAMESPACE

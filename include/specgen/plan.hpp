@@ -225,22 +225,14 @@ struct launch_plan {
   friend bool operator==(const launch_plan&, const launch_plan&) = default;
 };
 
-/// Why a plan did not parse or resolve. Every error names where and what.
-struct plan_error {
-  int line = 0;         ///< 1-based line of the plan text; 0 when not tied to a line
-  int column = 0;       ///< 1-based column; 0 when unknown
-  std::string field{};  ///< "grid.x", "block", "smem", "args[2]", "scratch tmp", "kernel", ...
-  std::string message{};
-
-  /// "line 3, column 12: grid.y: ..." (the parts that are known).
-  [[nodiscard]] std::string what() const {
-    std::string out;
-    if (line > 0) out += column > 0 ? fmt::format("line {}, column {}: ", line, column) : fmt::format("line {}: ", line);
-    if (!field.empty()) out += field + ": ";
-    return out + message;
-  }
-  friend bool operator==(const plan_error&, const plan_error&) = default;
-};
+namespace detail {
+/// A plan's error: `message` about `field` ("grid.x", "block", "args[2]",
+/// "scratch tmp", "kernel", ...) at a 1-based line and column of the plan
+/// text (0 when unknown); `what()` reads "line 3, column 12: grid.y: ...".
+inline error plan_failure(int line, int column, std::string field, std::string message) {
+  return error{.message = std::move(message), .where = std::move(field), .line = line, .column = column};
+}
+}  // namespace detail
 
 /// What a device allows. Defaults are an H200 / H100 (sm_90).
 ///
@@ -384,7 +376,7 @@ class plan_parser {
  public:
   explicit plan_parser(std::string_view text) : text_(text) {}
 
-  expected<launch_plan, plan_error> run() {
+  expected<launch_plan, error> run() {
     std::size_t start = 0;
     while (start <= text_.size()) {
       std::size_t end = text_.find('\n', start);
@@ -396,16 +388,16 @@ class plan_parser {
       start = end + 1;
     }
     if (plan_.launches.empty() && plan_.calls.empty())
-      return unexpected(plan_error{0, 0, "", "the plan launches no kernel; write at least one line "
-                                             "'launch KERNEL grid(...) block(...) args(...)'"});
+      return unexpected(detail::plan_failure(0, 0, "", "the plan launches no kernel; write at least one line "
+                                             "'launch KERNEL grid(...) block(...) args(...)'"));
     return std::move(plan_);
   }
 
  private:
-  using maybe_error = std::optional<plan_error>;
+  using maybe_error = std::optional<error>;
 
-  plan_error err(std::size_t offset, std::string field, std::string msg) const {
-    return plan_error{line_, static_cast<int>(offset) + 1, std::move(field), std::move(msg)};
+  error err(std::size_t offset, std::string field, std::string msg) const {
+    return detail::plan_failure(line_, static_cast<int>(offset) + 1, std::move(field), std::move(msg));
   }
 
   maybe_error parse_line(std::string_view line) {
@@ -440,7 +432,7 @@ class plan_parser {
   }
 
   /// The text between the bracket at `pos_` and its partner; leaves `pos_` after the partner.
-  expected<plan_piece, plan_error> bracketed(char open, char close, const std::string& field) {
+  expected<plan_piece, error> bracketed(char open, char close, const std::string& field) {
     const std::size_t start = pos_;
     int depth = 0;
     for (std::size_t i = pos_; i < line_text_.size(); ++i) {
@@ -453,14 +445,14 @@ class plan_parser {
     return unexpected(err(start, field, fmt::format("'{}' is never closed", open)));
   }
 
-  expected<size_expr, plan_error> expression(plan_piece p, const std::string& field) {
+  expected<size_expr, error> expression(plan_piece p, const std::string& field) {
     if (p.text.empty()) return unexpected(err(p.offset, field, "expected an expression, found nothing"));
     auto e = parse_size_expr(p.text);
-    if (!e) return unexpected(err(p.offset + e.error().position, field, e.error().message));
+    if (!e) return unexpected(err(p.offset + (e.error().column - 1), field, e.error().message));
     return std::move(*e);
   }
 
-  expected<std::vector<size_expr>, plan_error> dims(plan_piece p, const std::string& clause) {
+  expected<std::vector<size_expr>, error> dims(plan_piece p, const std::string& clause) {
     auto parts = split_top_level(p);
     if (parts.size() > 3)
       return unexpected(err(parts[3].offset, clause, fmt::format("at most 3 dimensions (x, y, z), got {}", parts.size())));
@@ -666,7 +658,7 @@ class plan_parser {
 ///   auto p = specgen::parse_plan("launch add grid(cdiv(N, 256)) block(256) args(a, b, c, N)");
 ///   // p->launches[0].args[3].value.to_string() == "N"
 /// @endcode
-inline expected<launch_plan, plan_error> parse_plan(std::string_view text) {
+inline expected<launch_plan, error> parse_plan(std::string_view text) {
   return detail::plan_parser(text).run();
 }
 
@@ -686,7 +678,7 @@ inline std::vector<std::string> kernel_names(const launch_plan& plan) {
 ///   auto r = specgen::resolve(plan, task, task.benchmark_shape);
 ///   if (!r) candidate_verdict = {verdict_kind::invalid_plan, r.error().what()};
 /// @endcode
-inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, const task& t,
+inline expected<resolved_plan, error> resolve(const launch_plan& plan, const task& t,
                                                    const shape_binding& binding,
                                                    const device_limits& limits = {}) {
   using detail::join_names;
@@ -694,7 +686,7 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
   for (const auto& s : t.symbols) {
     auto it = binding.find(s);
     if (it == binding.end())
-      return unexpected(plan_error{0, 0, "binding", fmt::format("symbol '{}' has no value in the shape", s)});
+      return unexpected(detail::plan_failure(0, 0, "binding", fmt::format("symbol '{}' has no value in the shape", s)));
     values.emplace(s, it->second);
   }
   std::vector<std::string> input_names, output_names, scratch_names, scalar_names;
@@ -713,17 +705,17 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
   };
 
   auto eval = [&](const size_expr& e, int line, int column, const std::string& field)
-      -> expected<std::int64_t, plan_error> {
+      -> expected<std::int64_t, error> {
     auto v = e.eval(values);
     if (v) return *v;
     std::string msg = v.error().message;
-    if (v.error().code == expr_errc::unknown_name)
+    if (v.error().code == errc::unknown_name)
       for (const auto& n : e.names())
         if (!values.count(n) && (is_buffer(n) || find_scalar(n)))
           msg = fmt::format("'{}' is a {}; expressions may use only size symbols ({})", n,
                             is_buffer(n) ? "buffer" : "task scalar", join_names(t.symbols));
-    const int col = column > 0 ? column + static_cast<int>(v.error().position) : 0;
-    return unexpected(plan_error{line, col, field, fmt::format("'{}': {}", e.to_string(), msg)});
+    const int col = column > 0 ? column + (v.error().column - 1) : 0;
+    return unexpected(detail::plan_failure(line, col, field, fmt::format("'{}': {}", e.to_string(), msg)));
   };
   // "2048" (or "-1") for a literal, "'cdiv(N, 256)' = 16" otherwise.
   auto shown = [](const size_expr& e, std::int64_t v) {
@@ -732,9 +724,9 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
   };
 
   if (static_cast<std::int64_t>(plan.launches.size()) > limits.max_launches)
-    return unexpected(plan_error{plan.launches[static_cast<std::size_t>(limits.max_launches)].line, 0, "",
+    return unexpected(detail::plan_failure(plan.launches[static_cast<std::size_t>(limits.max_launches)].line, 0, "",
                                  fmt::format("the plan has {} launches; at most {} are allowed",
-                                             plan.launches.size(), limits.max_launches)});
+                                             plan.launches.size(), limits.max_launches)));
 
   resolved_plan out;
   std::int64_t scratch_total = 0;
@@ -742,24 +734,24 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
     const std::string field = "scratch " + s.name;
     if (is_buffer(s.name) || values.count(s.name) || find_scalar(s.name))
       return unexpected(
-          plan_error{s.line, 0, field, "the name is already a task buffer, size symbol or scalar; choose another"});
+          detail::plan_failure(s.line, 0, field, "the name is already a task buffer, size symbol or scalar; choose another"));
     std::int64_t elements = 1;
     for (std::size_t i = 0; i < s.shape.size(); ++i) {
       auto v = eval(s.shape[i], s.line, 0, field);
       if (!v) return unexpected(v.error());
       if (*v < 1)
-        return unexpected(plan_error{s.line, 0, field,
-                                     fmt::format("dimension {} is {}; it must be at least 1", i, shown(s.shape[i], *v))});
+        return unexpected(detail::plan_failure(s.line, 0, field,
+                                     fmt::format("dimension {} is {}; it must be at least 1", i, shown(s.shape[i], *v))));
       if (__builtin_mul_overflow(elements, *v, &elements))
-        return unexpected(plan_error{s.line, 0, field, "the element count overflows signed 64 bits"});
+        return unexpected(detail::plan_failure(s.line, 0, field, "the element count overflows signed 64 bits"));
     }
     std::int64_t bytes = 0;
     if (__builtin_mul_overflow(elements, static_cast<std::int64_t>(size_of(s.type)), &bytes) ||
         __builtin_add_overflow(scratch_total, bytes, &scratch_total) || scratch_total > limits.max_scratch_bytes)
-      return unexpected(plan_error{s.line, 0, field,
+      return unexpected(detail::plan_failure(s.line, 0, field,
                                    fmt::format("{} elements of {} take the plan's scratch past its budget of {} "
                                                "bytes",
-                                               elements, to_string(s.type), limits.max_scratch_bytes)});
+                                               elements, to_string(s.type), limits.max_scratch_bytes)));
     scratch_names.push_back(s.name);
     out.scratch.push_back({.name = s.name, .type = s.type, .elements = elements, .bytes = bytes, .zero = s.zero});
   }
@@ -767,7 +759,7 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
   for (const auto& l : plan.launches) {
     resolved_launch r{.kernel = l.kernel, .line = l.line};
     auto fail = [&](std::string field, std::string msg) {
-      return unexpected(plan_error{l.line, 0, std::move(field), std::move(msg)});
+      return unexpected(detail::plan_failure(l.line, 0, std::move(field), std::move(msg)));
     };
     for (int which = 0; which < 2; ++which) {
       const auto& exprs = which == 0 ? l.grid : l.block;
@@ -804,7 +796,7 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
     for (std::size_t i = 0; i < l.args.size(); ++i) {
       const auto& a = l.args[i];
       const std::string field = fmt::format("args[{}]", i);
-      auto arg_fail = [&](std::string msg) { return unexpected(plan_error{l.line, a.column, field, std::move(msg)}); };
+      auto arg_fail = [&](std::string msg) { return unexpected(detail::plan_failure(l.line, a.column, field, std::move(msg))); };
       resolved_arg ra;
       const auto name = a.real ? std::nullopt : a.value.as_name();
       const scalar_spec* scalar = name && !values.count(std::string(*name)) ? find_scalar(*name) : nullptr;
@@ -875,7 +867,7 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
   for (const auto& c : plan.calls) {
     const library_function& f = *find_library_function(c.function);  // parse_plan admits known ones only
     auto fail = [&](int column, std::string field, std::string msg) {
-      return unexpected(plan_error{c.line, column, std::move(field), std::move(msg)});
+      return unexpected(detail::plan_failure(c.line, column, std::move(field), std::move(msg)));
     };
     resolved_call rc{.function = c.function, .before_launch = c.before_launch, .line = c.line};
     std::vector<std::pair<dtype, std::int64_t>> buffers;  // dtype, elements
@@ -952,12 +944,12 @@ inline expected<resolved_plan, plan_error> resolve(const launch_plan& plan, cons
 
 /// Why a candidate's plan is refused although it parses: candidates launch
 /// their own kernels and may not call library routines. Empty when fine.
-inline std::optional<plan_error> check_candidate_plan(const launch_plan& plan) {
+inline std::optional<error> check_candidate_plan(const launch_plan& plan) {
   if (!plan.has_calls()) return std::nullopt;
-  return plan_error{plan.calls.front().line, 0, "call",
+  return detail::plan_failure(plan.calls.front().line, 0, "call",
                     fmt::format("'call {}' is for a task's reference and baseline only; a candidate launches its own "
                                 "kernels",
-                                plan.calls.front().function)};
+                                plan.calls.front().function));
 }
 
 SPECGEN_END_NAMESPACE

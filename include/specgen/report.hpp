@@ -130,7 +130,10 @@ struct candidate_info {
   std::int64_t created_ns = 0;
 };
 
-/// Builds one run's page data from its journal records, in file order.
+/// Builds one run's page data from its journal records, in file order. Like
+/// resuming, it reads the journal format as deliberately open: keys and
+/// record types it does not know are ignored, and a missing key takes a
+/// default, so the report reads journals of older and newer versions.
 class builder {
  public:
   explicit builder(std::size_t max_source) : max_source_(max_source) {}
@@ -444,9 +447,8 @@ inline expected<std::vector<report_run>, error> load_report_runs(const std::file
   };
   if (fs::is_directory(path, ec)) {
     if (fs::exists(path / "journal.jsonl")) {
-      auto r = load_report_run(path / "journal.jsonl", name_of_dir(path), path / "results.json", options);
-      if (!r) return unexpected(r.error());
-      return std::vector<report_run>{std::move(*r)};
+      return load_report_run(path / "journal.jsonl", name_of_dir(path), path / "results.json", options)
+          .transform([](report_run r) { return std::vector<report_run>{std::move(r)}; });
     }
     std::vector<fs::path> journals;
     for (const auto& e : fs::directory_iterator(path, ec))
@@ -472,10 +474,9 @@ inline expected<std::vector<report_run>, error> load_report_runs(const std::file
         path.string())});
   const bool run_journal = path.filename() == "journal.jsonl";
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  auto r = load_report_run(path, run_journal ? name_of_dir(dir) : path.stem().string(),
-                           run_journal ? dir / "results.json" : fs::path(), options);
-  if (!r) return unexpected(r.error());
-  return std::vector<report_run>{std::move(*r)};
+  return load_report_run(path, run_journal ? name_of_dir(dir) : path.stem().string(),
+                         run_journal ? dir / "results.json" : fs::path(), options)
+      .transform([](report_run r) { return std::vector<report_run>{std::move(r)}; });
 }
 
 /// The page: the report's HTML with every run's data in it. Labels that

@@ -1,7 +1,7 @@
 #pragma once
 /// Task files: JSON in, a checked `task` out, and back.
 ///
-/// Everything a task file can get wrong is reported as a `task_error` naming
+/// Everything a task file can get wrong is reported as an `error` naming
 /// the file and the JSON pointer of the offending field, so a person can fix
 /// it without reading this code. The schema is documented in docs/task-format.md.
 ///
@@ -13,6 +13,7 @@
 /// @endcode
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/files.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/expr.hpp>
 #include <specgen/plan.hpp>
@@ -39,21 +40,14 @@
 
 SPECGEN_BEGIN_NAMESPACE
 
-/// Why a task could not be loaded: the file, the JSON pointer of the field
-/// (e.g. "/inputs/2/shape/0"; "" for the whole file) and what is wrong.
-struct task_error {
-  std::string file{};
-  std::string field{};
-  std::string message{};
-
-  /// "file: field: message".
-  [[nodiscard]] std::string what() const {
-    return fmt::format("{}: {}: {}", file.empty() ? "<task>" : file, field.empty() ? "/" : field, message);
-  }
-  friend bool operator==(const task_error&, const task_error&) = default;
-};
-
 namespace detail {
+
+/// A task file's error: the file ("<task>" for a task read from memory), the
+/// JSON pointer of the field (e.g. "/inputs/2/shape/0"; "" for the whole file)
+/// and what is wrong.
+inline error task_failure(std::string file, std::string_view field, std::string message) {
+  return file_error(file.empty() ? std::string("<task>") : std::move(file), field, std::move(message));
+}
 
 /// "N=1000,M=77": a shape as `mismatch_stats::shape` and error messages show it.
 inline std::string binding_text(const shape_binding& b) {
@@ -62,42 +56,17 @@ inline std::string binding_text(const shape_binding& b) {
   return out;
 }
 
-/// RFC 6901 escaping of one reference token.
-inline std::string pointer_token(std::string_view key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
-
-inline std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 inline bool is_task_name(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_name_char(c) || c == '-' || c == '.'; });
 }
 
-/// A task_error for a whole file from a file helper's error, whose message
-/// already starts with the file's name.
-inline task_error whole_file_error(const std::string& file, const error& e) {
+/// An error for a whole file from a file helper's error, whose message
+/// already starts with the file's name (or which names its file already).
+inline error whole_file_error(const std::string& file, const error& e) {
+  if (!e.file.empty()) return e;  // already names its file and JSON pointer
   std::string m = e.message;
   if (m.starts_with(file + ": ")) m.erase(0, file.size() + 2);
-  return task_error{file, "", std::move(m)};
+  return detail::task_failure(file, "", std::move(m));
 }
 
 /// Why `v` is not a value of a scalar of type `t`.
@@ -113,7 +82,7 @@ class task_reader {
  public:
   task_reader(std::string file, std::filesystem::path dir) : file_(std::move(file)), dir_(std::move(dir)) {}
 
-  expected<task, task_error> read(const nlohmann::json& j) {
+  expected<task, error> read(const nlohmann::json& j) {
     task t;
     t.file = file_;
     if (auto e = keys(j, "", {"name", "description", "symbols", "benchmark_shape", "validation_shapes", "inputs",
@@ -187,11 +156,11 @@ class task_reader {
   }
 
  private:
-  using maybe_error = std::optional<task_error>;
+  using maybe_error = std::optional<error>;
   using json = nlohmann::json;
 
-  task_error err(std::string field, std::string message) const {
-    return task_error{file_, std::move(field), std::move(message)};
+  error err(std::string field, std::string message) const {
+    return detail::task_failure(file_, std::move(field), std::move(message));
   }
 
   static std::string type_name(const json& j) { return j.type_name(); }
@@ -199,16 +168,7 @@ class task_reader {
   maybe_error keys(const json& j, const std::string& at, std::initializer_list<std::string_view> allowed,
                    std::initializer_list<std::string_view> required) const {
     if (!j.is_object()) return err(at, fmt::format("must be an object, got {}", type_name(j)));
-    for (const auto& [k, v] : j.items()) {
-      if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
-      std::string msg = fmt::format("unknown key '{}'", k);
-      const auto best = std::min_element(allowed.begin(), allowed.end(), [&](auto a, auto b) {
-        return edit_distance(k, a) < edit_distance(k, b);
-      });
-      if (edit_distance(k, *best) <= 2) msg += fmt::format(" (did you mean '{}'?)", *best);
-      msg += fmt::format("; allowed: {}", fmt::join(allowed, ", "));
-      return err(at + "/" + pointer_token(k), msg);
-    }
+    if (auto k = unknown_key(j, allowed)) return err(at + "/" + pointer_token(*k), unknown_key_problem(*k, allowed));
     for (auto k : required)
       if (!j.contains(k)) return err(at, fmt::format("missing required key '{}'", k));
     return std::nullopt;
@@ -370,10 +330,10 @@ class task_reader {
 /// @code
 ///   if (auto ok = specgen::validate_task(task); !ok) std::cerr << ok.error().what();
 /// @endcode
-inline expected<void, task_error> validate_task(const task& t, const device_limits& limits = {}) {
+inline expected<void, error> validate_task(const task& t, const device_limits& limits = {}) {
   using detail::is_identifier;
   auto fail = [&](std::string field, std::string message) {
-    return unexpected(task_error{t.file, std::move(field), std::move(message)});
+    return unexpected(detail::task_failure(t.file, std::move(field), std::move(message)));
   };
   const std::string symbols_text = detail::join_names(t.symbols);
 
@@ -445,7 +405,7 @@ inline expected<void, task_error> validate_task(const task& t, const device_limi
       return fail(base + "/value", detail::scalar_value_error(v, s.type, typed.error()));
   }
 
-  auto check_binding = [&](const shape_binding& b, const std::string& at) -> expected<void, task_error> {
+  auto check_binding = [&](const shape_binding& b, const std::string& at) -> expected<void, error> {
     for (const auto& s : t.symbols)
       if (!b.count(s)) return fail(at, fmt::format("symbol '{}' has no value", s));
     for (const auto& [k, v] : b) {
@@ -510,7 +470,7 @@ inline expected<void, task_error> validate_task(const task& t, const device_limi
       }
       if (!found) return fail(at + "/plan", fmt::format("launches kernel '{}', which the source does not define", k));
     }
-    auto resolve_at = [&](const shape_binding& b) -> expected<void, task_error> {
+    auto resolve_at = [&](const shape_binding& b) -> expected<void, error> {
       auto r = resolve(*plan, t, b, limits);
       if (!r) return fail(at + "/plan", fmt::format("at shape {}: {}", detail::binding_text(b), r.error().what()));
       return {};
@@ -526,32 +486,31 @@ inline expected<void, task_error> validate_task(const task& t, const device_limi
 
 /// Read and check a task from parsed JSON. `file` names it in errors and is
 /// the base of relative `source_file` paths.
-inline expected<task, task_error> parse_task(const nlohmann::json& j, std::string_view file) {
+inline expected<task, error> parse_task(const nlohmann::json& j, std::string_view file) {
   const std::filesystem::path path(file);
-  auto t = detail::task_reader(std::string(file), path.parent_path()).read(j);
-  if (!t) return t;
-  if (auto ok = validate_task(*t); !ok) return unexpected(ok.error());
-  return t;
+  return detail::task_reader(std::string(file), path.parent_path()).read(j).and_then([](task t) {
+    return validate_task(t).transform([&] { return std::move(t); });
+  });
 }
 
 /// Load and check one task file (JSON; `//` and `/* */` comments allowed).
 /// Every failure, a path that is not a regular file or a file over the limit
-/// (4 MiB, and as much for a source_file) included, is a `task_error`; this
+/// (4 MiB, and as much for a source_file) included, is an `error`; this
 /// never throws.
-inline expected<task, task_error> load_task(const std::filesystem::path& path) noexcept {
+inline expected<task, error> load_task(const std::filesystem::path& path) noexcept {
   const std::string file = path.string();
   try {
-    auto j = detail::read_json_file(path, detail::file_kinds::task);
-    if (!j) return unexpected(detail::whole_file_error(file, j.error()));
-    return parse_task(*j, file);
+    return detail::read_json_file(path, detail::file_kinds::task)
+        .transform_error([&](const error& e) { return detail::whole_file_error(file, e); })
+        .and_then([&](const nlohmann::json& j) { return parse_task(j, file); });
   } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
-    return unexpected(task_error{file, "", fmt::format("cannot load the task: {}", e.what())});
+    return unexpected(detail::task_failure(file, "", fmt::format("cannot load the task: {}", e.what())));
   }
 }
 
 /// Load the task files `files`, in that order. Two files defining the same
 /// task name are an error naming both.
-inline expected<std::vector<task>, task_error> load_tasks(const std::vector<std::filesystem::path>& files) noexcept {
+inline expected<std::vector<task>, error> load_tasks(const std::vector<std::filesystem::path>& files) noexcept {
   try {
     std::vector<task> tasks;
     std::map<std::string, std::string> file_of;  // task name -> the file defining it
@@ -559,24 +518,24 @@ inline expected<std::vector<task>, task_error> load_tasks(const std::vector<std:
       auto t = load_task(f);
       if (!t) return unexpected(t.error());
       if (auto [it, fresh] = file_of.emplace(t->name, t->file); !fresh)
-        return unexpected(task_error{t->file, "/name",
+        return unexpected(detail::task_failure(t->file, "/name",
                                      fmt::format("task '{}' is also defined in {}; task names must be unique: rename "
                                                  "one of them or remove one of the files",
-                                                 t->name, it->second)});
+                                                 t->name, it->second)));
       tasks.push_back(std::move(*t));
     }
     return tasks;
   } catch (const std::exception& e) {
-    return unexpected(task_error{"", "", fmt::format("cannot load the tasks: {}", e.what())});
+    return unexpected(detail::task_failure("", "", fmt::format("cannot load the tasks: {}", e.what())));
   }
 }
 
 /// Load every `*.json` file of `directory` (not recursive) as a task, sorted
 /// by task name. Two files defining the same task name are an error.
-inline expected<std::vector<task>, task_error> load_suite(const std::filesystem::path& directory) noexcept {
+inline expected<std::vector<task>, error> load_suite(const std::filesystem::path& directory) noexcept {
   auto files = detail::json_files_in(directory);
   if (!files) return unexpected(detail::whole_file_error(directory.string(), files.error()));
-  if (files->empty()) return unexpected(task_error{directory.string(), "", "no *.json task files in the directory"});
+  if (files->empty()) return unexpected(detail::task_failure(directory.string(), "", "no *.json task files in the directory"));
   auto suite = load_tasks(*files);
   if (suite) std::stable_sort(suite->begin(), suite->end(), [](const task& a, const task& b) { return a.name < b.name; });
   return suite;

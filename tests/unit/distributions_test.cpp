@@ -181,13 +181,13 @@ TEST_CASE("bad inits and distribution lists are refused with where and why") {
   CHECK(fails(j).what() == "t.json: /validation_shapes/1/inits/x: 'normal(1)': normal takes 2 parameters, got 1");
   j = task_json();
   j["validation_shapes"][1]["extra"] = 1;
-  CHECK(fails(j).field == "/validation_shapes/1/extra");
+  CHECK(fails(j).where == "/validation_shapes/1/extra");
   j = task_json();
   j["distributions"] = "large";
-  CHECK(fails(j).field == "/distributions");
+  CHECK(fails(j).where == "/distributions");
   j = task_json();
   j["distributions"][1] = "huge";
-  CHECK(fails(j).field == "/distributions/1");
+  CHECK(fails(j).where == "/distributions/1");
   j = task_json();
   j["outputs"][0]["tolerance"]["terms"] = -1;
   CHECK(fails(j).what() == "t.json: /outputs/0/tolerance/terms: must be finite and non-negative, got -1");

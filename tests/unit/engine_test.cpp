@@ -28,12 +28,12 @@ class checked_backend : private stream_sink {
  public:
   explicit checked_backend(B& inner) : inner_(inner) {}
   backend_limits limits() const { return inner_.limits(); }
-  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+  expected<stream_id, error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
     auto id = inner_.start_reasoning(r, *this);
     if (id) sinks_[*id] = &sink;
     return id;
   }
-  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+  expected<stream_id, error> fork(const fork_request& f, stream_sink& sink) {
     const auto& emitted = emitted_[f.parent];
     if (f.reasoning_prefix.size() > emitted.size() ||
         !std::equal(f.reasoning_prefix.begin(), f.reasoning_prefix.end(), emitted.begin()))
@@ -596,8 +596,8 @@ class flaky_backend : private stream_sink {
  public:
   flaky_backend(B& inner, executor& exec) : inner_(inner), exec_(exec) {}
   backend_limits limits() const { return inner_.limits(); }
-  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
-    if (r.ctx.round == 1) return unexpected(backend_error{"HTTP 503 from the server", false});
+  expected<stream_id, error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+    if (r.ctx.round == 1) return unexpected(error{"HTTP 503 from the server"});
     auto id = inner_.start_reasoning(r, *this);
     if (id) {
       sinks_[*id] = &sink;
@@ -605,8 +605,8 @@ class flaky_backend : private stream_sink {
     }
     return id;
   }
-  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
-    if (broken_.count(f.parent)) return unexpected(backend_error{"parent stream is gone", false});
+  expected<stream_id, error> fork(const fork_request& f, stream_sink& sink) {
+    if (broken_.count(f.parent)) return unexpected(error{"parent stream is gone"});
     auto id = inner_.fork(f, *this);
     if (id) sinks_[*id] = &sink;
     return id;
@@ -683,12 +683,12 @@ class counts_only_backend : private stream_sink {
  public:
   explicit counts_only_backend(B& inner) : inner_(inner) {}
   backend_limits limits() const { return inner_.limits(); }
-  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+  expected<stream_id, error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
     auto id = inner_.start_reasoning(r, *this);
     if (id) sinks_[*id] = &sink;
     return id;
   }
-  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+  expected<stream_id, error> fork(const fork_request& f, stream_sink& sink) {
     non_empty_prefixes += !f.reasoning_prefix.empty();
     fork_request g = f;
     g.reasoning_prefix = delivered_[f.parent];

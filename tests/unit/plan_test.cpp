@@ -31,14 +31,14 @@ launch_plan parsed(const std::string& text) {
   return *p;
 }
 
-plan_error parse_fails(const std::string& text) {
+error parse_fails(const std::string& text) {
   auto p = parse_plan(text);
   INFO(text);
   REQUIRE_FALSE(p);
   return p.error();
 }
 
-plan_error resolve_fails(const std::string& text, const device_limits& limits = {}) {
+error resolve_fails(const std::string& text, const device_limits& limits = {}) {
   auto r = resolve(parsed(text), softmax_task(), shape, limits);
   INFO(text);
   REQUIRE_FALSE(r);
@@ -120,8 +120,8 @@ TEST_CASE("parse errors name the line, the column, the field and the problem") {
   CHECK(parse_fails("launch k grid(1, 1, 1, 1) block(1)").message == "at most 3 dimensions (x, y, z), got 4");
   CHECK(parse_fails("launch k<<<N, 256>>>(x)").message ==
         "expected a clause (grid, block, smem, args), found '<<<N, 256>>>'");
-  CHECK(parse_fails("launch grid(N) block(1)").field == "");
-  CHECK(parse_fails("launch 9k grid(N) block(1)").field == "kernel");
+  CHECK(parse_fails("launch grid(N) block(1)").where == "");
+  CHECK(parse_fails("launch 9k grid(N) block(1)").where == "kernel");
   CHECK(parse_fails("launch k grid(1) block(1) args(x, N:f33)").what() ==
         "line 1, column 37: args[1]: unknown cast ':f33' (expected :i8, :u8, :i16, :u16, :i32, :u32, :i64, :u64, "
         ":f16, :bf16, :f32, :f64)");
@@ -188,7 +188,7 @@ TEST_CASE("grid and block dimensions are checked against the device") {
   CHECK(resolve_fails("launch k grid(1) block(1, 1, 128)").message == "128 exceeds the device limit of 64");
   CHECK(resolve_fails("launch k grid(1, N * 16) block(1)").what() ==
         "line 1: grid.y: 'N * 16' = 65536 exceeds the device limit of 65535");
-  CHECK(resolve_fails("launch k grid(N * N * N) block(1)").field == "grid.x");
+  CHECK(resolve_fails("launch k grid(N * N * N) block(1)").where == "grid.x");
   CHECK(resolved("launch k grid(2147483647) block(1)").launches[0].grid[0] == 2147483647u);
   CHECK(resolve_fails("launch k grid(1) block(32, 64)").what() ==
         "line 1: block: 32 x 64 x 1 = 2048 threads per block; at most 1024 are allowed");
@@ -357,7 +357,7 @@ std::vector<resolved_arg> scalar_args(const std::string& args, const shape_bindi
   return r->launches[0].args;
 }
 
-plan_error scalar_fails(const std::string& args, const device_limits& limits = {}) {
+error scalar_fails(const std::string& args, const device_limits& limits = {}) {
   const std::string text = "launch k grid(1) block(1) args(" + args + ")";
   auto r = resolve(parsed(text), scalar_task(), shape, limits);
   INFO(text);
@@ -426,7 +426,7 @@ TEST_CASE("a float literal needs a type, and C suffixes are refused with the pla
         "the float literal 1e999 is out of the range of a double");
   // Not float literals: size expressions, whose parser explains.
   CHECK(parse_fails("launch k grid(1) block(1) args(1e:f32)").message == "unexpected 'e' in a number");
-  CHECK(parse_fails("launch k grid(1) block(1) args(N * 0.5:f32)").field == "args[0]");
+  CHECK(parse_fails("launch k grid(1) block(1) args(N * 0.5:f32)").where == "args[0]");
 }
 
 TEST_CASE("task scalars pass by name as their type, and casts convert them") {

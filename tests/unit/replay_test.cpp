@@ -155,7 +155,7 @@ TEST_CASE("a fork carrying exactly the emitted prefix is accepted and answers fr
   replay_model model(loop, {small_trace()}, round_params());
   recorder main(loop), forks(loop);
   std::vector<token_id> received;
-  expected<stream_id, backend_error> fork_id = unexpected(backend_error{"not forked", false});
+  expected<stream_id, error> fork_id = unexpected(error{"not forked"});
   auto id = model.start_reasoning(ask("softmax", "p"), main);
   REQUIRE(id);
   main.on_each = [&](const stream_chunk& c) {
@@ -179,7 +179,7 @@ TEST_CASE("a fork whose prefix differs from what the stream emitted is rejected"
   replay_model model(loop, {small_trace()}, round_params());
   recorder main(loop), forks(loop);
   std::vector<token_id> received;
-  std::vector<backend_error> errors;
+  std::vector<error> errors;
   auto id = model.start_reasoning(ask("softmax", "p"), main);
   REQUIRE(id);
   main.on_each = [&](const stream_chunk& c) {
@@ -453,21 +453,21 @@ TEST_CASE("loading reports the file, the JSON pointer and the problem") {
     auto j = good;
     j["format"] = "specgen-trace/9";
     auto e = error_of(j);
-    CHECK(e.pointer == "/format");
+    CHECK(e.where == "/format");
     CHECK_THAT(e.what(), Catch::StartsWith("corpus/x.json: /format: unsupported format"));
   }
   {
     auto j = good;
     j["traces"][0]["segments"][1]["topik"] = "x";
     auto e = error_of(j);
-    CHECK(e.pointer == "/traces/0/segments/1/topik");
+    CHECK(e.where == "/traces/0/segments/1/topik");
     CHECK_THAT(e.message, Catch::Contains("unknown key"));
   }
   {
     auto j = good;
     std::swap(j["traces"][0]["forks"][0], j["traces"][0]["forks"][1]);
     auto e = error_of(j);
-    CHECK(e.pointer == "/traces/0/forks/1/at_token");
+    CHECK(e.where == "/traces/0/forks/1/at_token");
     CHECK_THAT(e.message, Catch::Contains("sorted"));
   }
   {
@@ -478,17 +478,17 @@ TEST_CASE("loading reports the file, the JSON pointer and the problem") {
   {
     auto j = good;
     j["traces"][0].erase("answer");
-    CHECK(error_of(j).pointer == "/traces/0/answer");
+    CHECK(error_of(j).where == "/traces/0/answer");
   }
   {
     auto j = good;
     j["traces"][0]["style"] = "ramble";
-    CHECK(error_of(j).pointer == "/traces/0/style");
+    CHECK(error_of(j).where == "/traces/0/style");
   }
   {
     auto j = good;
     j["traces"][0]["lane"] = -1;
-    CHECK(error_of(j).pointer == "/traces/0/lane");
+    CHECK(error_of(j).where == "/traces/0/lane");
   }
   {
     auto j = good;
@@ -539,7 +539,7 @@ TEST_CASE("token counts, rounds and lanes of a trace are read within their range
     auto j = good;
     j["traces"][0]["segments"][1] = {{"filler", 1'000'000'000}, {"topic", "x"}};
     const auto e = error_of(j);
-    CHECK(e.pointer == "/traces/0/segments/1/filler");
+    CHECK(e.where == "/traces/0/segments/1/filler");
     CHECK(e.message == "must be an integer in [1, 1000000], got 1000000000");
   }
   {  // each segment in range, the sum not
@@ -551,13 +551,13 @@ TEST_CASE("token counts, rounds and lanes of a trace are read within their range
   {
     auto j = good;
     j["traces"][0]["answer"]["tokens"] = 4'294'967'296;
-    CHECK(error_of(j).pointer == "/traces/0/answer/tokens");
+    CHECK(error_of(j).where == "/traces/0/answer/tokens");
   }
   {  // round + 1 must fit: 2^31 - 1 would overflow it
     auto j = good;
     j["traces"][0]["round"] = 2'147'483'647;
     const auto e = error_of(j);
-    CHECK(e.pointer == "/traces/0/round");
+    CHECK(e.where == "/traces/0/round");
     CHECK(e.message == "must be an integer in [0, 9999], got 2147483647");
   }
   {

@@ -136,7 +136,7 @@ TEST_CASE("cost-table parse errors name the file, the JSON pointer and the probl
   auto error_of = [](std::string_view text) {
     auto t = parse_cost_table(nlohmann::json::parse(text), "t.json");
     REQUIRE_FALSE(t);
-    return t.error().message;
+    return t.error().what();
   };
   const std::string kernel_ok = R"("key": "0123456789abcdef", "task": "t", "runtime_us": 1, "baseline_us": 2)";
   CHECK(error_of(R"({"kernels": []})") == "t.json: /format: missing (required)");
@@ -215,7 +215,7 @@ TEST_CASE("sim_params round-trip through JSON and bad values are reported by fie
 
   auto bad = parse_sim_params(nlohmann::json{{"unknown_kernels", "ignore"}}, "cfg.json");
   REQUIRE_FALSE(bad);
-  CHECK(bad.error().message == "cfg.json: /unknown_kernels: \"ignore\" is not one of: unjudged, reject");
+  CHECK(bad.error().what() == "cfg.json: /unknown_kernels: \"ignore\" is not one of: unjudged, reject");
   CHECK_FALSE(parse_sim_params(nlohmann::json{{"devices", 0}}));
   CHECK_FALSE(nlohmann::json(sim_params{}).contains("profile"));  // absent: use the table's settings
   CHECK_THROWS_AS(nlohmann::json({{"profile", {{"warmup", -1}}}}).get<sim_params>(), nlohmann::json::type_error);
@@ -604,7 +604,7 @@ TEST_CASE("cost-table times and sample counts are read within physical ranges") 
     auto t = parse_cost_table(nlohmann::json::parse(R"({"format": "specgen-cost-table/1", "kernels": [{"key": "0123456789abcdef",
         "task": "t", "verdict": "ok", )" + kernel + "}], \"profile\": " + profile + "}"), "t.json");
     REQUIRE_FALSE(t);
-    return t.error().message;
+    return t.error().what();
   };
   // 1e-300 us would report a speedup of 1e302.
   CHECK(error_of(R"("runtime_us": 1e-300, "baseline_us": 1)") ==

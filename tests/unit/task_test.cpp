@@ -34,7 +34,7 @@ json minimal() {
   })json");
 }
 
-task_error fails(const json& j) {
+error fails(const json& j) {
   auto t = parse_task(j, "t.json");
   REQUIRE_FALSE(t);
   return t.error();
@@ -130,7 +130,7 @@ TEST_CASE("a suite rejects two files defining the same task") {
   auto suite = load_suite(dir.path);
   REQUIRE_FALSE(suite);
   CHECK(suite.error().file == (dir.path / "b.json").string());
-  CHECK(suite.error().field == "/name");
+  CHECK(suite.error().where == "/name");
   CHECK_THAT(suite.error().message, Catch::StartsWith("task 'scale' is also defined in " + (dir.path / "a.json").string()));
 }
 
@@ -145,7 +145,7 @@ TEST_CASE("errors render as file, JSON pointer and message") {
   json j = minimal();
   j["inputs"][0]["shape"][1] = "K";
   const auto e = fails(j);
-  CHECK(e.field == "/inputs/0/shape/1");
+  CHECK(e.where == "/inputs/0/shape/1");
   CHECK(e.what() == "t.json: /inputs/0/shape/1: 'K' uses unknown name 'K' (symbols: N, M)");
 }
 
@@ -153,11 +153,11 @@ TEST_CASE("unknown keys are rejected and near misses get a suggestion") {
   json j = minimal();
   j["outputs"][0]["tolerence"] = {{"abs", 1e-3}};
   auto e = fails(j);
-  CHECK(e.field == "/outputs/0/tolerence");
+  CHECK(e.where == "/outputs/0/tolerence");
   CHECK(e.message == "unknown key 'tolerence' (did you mean 'tolerance'?); allowed: name, dtype, shape, tolerance");
   j = minimal();
   j["inputs"][0]["tolerance"] = {{"abs", 1e-3}};  // tolerances belong to outputs
-  CHECK(fails(j).field == "/inputs/0/tolerance");
+  CHECK(fails(j).where == "/inputs/0/tolerance");
   j = minimal();
   j["frobnicate"] = true;
   CHECK(fails(j).message.rfind("unknown key 'frobnicate'; allowed: name,", 0) == 0);
@@ -182,7 +182,7 @@ TEST_CASE("dtypes and distributions must be known") {
   j = minimal();
   j["inputs"][0]["init"] = "gaussian";
   const auto e = fails(j);
-  CHECK(e.field == "/inputs/0/init");
+  CHECK(e.where == "/inputs/0/init");
   CHECK(e.message == "unknown distribution 'gaussian' (known: normal, uniform, signed_uniform, large, zeros, ones, "
                      "normal(mean, std), uniform(lo, hi), randint(lo, hi), const(v), arange, arange(start, step))");
 }
@@ -199,14 +199,14 @@ TEST_CASE("every symbol is bound in every shape, to a positive value, and nothin
   CHECK(fails(j).what() == "t.json: /validation_shapes/0/N: must be at least 1, got 0");
   j = minimal();
   j["validation_shapes"] = json::array();
-  CHECK(fails(j).field == "/validation_shapes");
+  CHECK(fails(j).where == "/validation_shapes");
 }
 
 TEST_CASE("shapes must parse and be positive on every shape") {
   json j = minimal();
   j["outputs"][0]["shape"][0] = "N +";
   auto e = fails(j);
-  CHECK(e.field == "/outputs/0/shape/0");
+  CHECK(e.where == "/outputs/0/shape/0");
   CHECK(e.message.rfind("column 4: expected a number, a name or '(', found the end", 0) == 0);
   j = minimal();
   j["outputs"][0]["shape"][0] = "N - 1";
@@ -232,7 +232,7 @@ TEST_CASE("names are identifiers, unique, and symbols are not function names") {
   CHECK(fails(j).message == "'N' is already a size symbol");
   j = minimal();
   j["name"] = "my task";
-  CHECK(fails(j).field == "/name");
+  CHECK(fails(j).where == "/name");
 }
 
 TEST_CASE("at least one output is required and tolerances are non-negative") {
@@ -248,7 +248,7 @@ TEST_CASE("the reference plan must parse, name kernels of the source and resolve
   json j = minimal();
   j["reference"]["plan"] = "launch scale grid(N) block(256) args(x, y, N, M";
   auto e = fails(j);
-  CHECK(e.field == "/reference/plan");
+  CHECK(e.where == "/reference/plan");
   CHECK(e.message == "line 1, column 37: args: '(' is never closed");
   j = minimal();
   j["reference"]["plan"] = "launch scael grid(N) block(256) args(x, y)";
@@ -302,7 +302,7 @@ TEST_CASE("a source file is read relative to the task file") {
   dir.write("t.json", j.dump());
   auto e = load_task(dir.path / "t.json");
   REQUIRE_FALSE(e);
-  CHECK(e.error().field == "/reference/source_file");
+  CHECK(e.error().where == "/reference/source_file");
   CHECK(e.error().message.rfind("cannot read 'missing.cu' (looked in '", 0) == 0);
 }
 
@@ -355,7 +355,7 @@ TEST_CASE("a source_file that is a FIFO, a device or a directory is an error at 
     dir.write("t.json", j.dump());
     auto t = load_task(dir.path / "t.json");
     REQUIRE_FALSE(t);
-    CHECK(t.error().field == "/reference/source_file");
+    CHECK(t.error().where == "/reference/source_file");
     CHECK_THAT(t.error().message, Catch::Contains(what) && Catch::Contains("not a regular file"));
   }
 }
@@ -369,7 +369,7 @@ TEST_CASE("a source_file over 4 MiB is refused with the limit in the message") {
   dir.write("t.json", j.dump());
   auto t = load_task(dir.path / "t.json");
   REQUIRE_FALSE(t);
-  CHECK(t.error().field == "/reference/source_file");
+  CHECK(t.error().where == "/reference/source_file");
   CHECK_THAT(t.error().message, Catch::Contains("over the limit of 4.0 MiB"));
 }
 

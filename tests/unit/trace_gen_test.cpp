@@ -336,7 +336,7 @@ TEST_CASE("the cost table JSON follows the shared format") {
   bad["kernels"][0]["verdict"] = "great";
   auto r = parse_cost_table(bad, "costs.json");
   REQUIRE_FALSE(r);
-  CHECK(r.error().message.find("/kernels/0/verdict") != std::string::npos);
+  CHECK(r.error().what().find("/kernels/0/verdict") != std::string::npos);
 }
 
 TEST_CASE("the replay model plays a generated corpus, and a late fork yields a costed kernel") {
@@ -399,7 +399,7 @@ TEST_CASE("a corpus with two task files of the same task name is refused, naming
   std::filesystem::remove_all(dir);
   REQUIRE_FALSE(back);
   CHECK(back.error().file == copy.string());
-  CHECK(back.error().pointer == "/name");
+  CHECK(back.error().where == "/name");
   CHECK_THAT(back.error().message,
              Catch::Contains("task '" + c.tasks[0].name + "' is also defined in " + original.string()));
 }

@@ -250,10 +250,10 @@ class openai_backend {
 
   [[nodiscard]] backend_limits limits() const noexcept;
   /// Starts a chat-completion stream. Call on the loop's thread.
-  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink);
+  expected<stream_id, error> start_reasoning(const reasoning_request& r, stream_sink& sink);
   /// Starts a K-sample completion from `f.reasoning_prefix`, which must be the
   /// first ids this backend delivered for `f.parent`. Call on the loop's thread.
-  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink);
+  expected<stream_id, error> fork(const fork_request& f, stream_sink& sink);
   /// No chunk after this call; on_end(cancelled) follows for every sample
   /// not yet ended. Call on the loop's thread.
   void cancel(stream_id id);

@@ -201,9 +201,8 @@ inline expected<nlohmann::json, error> parse_json(std::string_view text, std::st
 /// `read_regular_file` then `parse_json`: a JSON file of the given kind.
 inline expected<nlohmann::json, error> read_json_file(const std::filesystem::path& path, const file_kind& kind,
                                                       bool comments = true) noexcept {
-  auto text = read_regular_file(path, kind);
-  if (!text) return unexpected(text.error());
-  return parse_json(*text, path.string(), comments);
+  return read_regular_file(path, kind).and_then(
+      [&](const std::string& text) { return parse_json(text, path.string(), comments); });
 }
 
 /// The `*.json` entries of `dir` (not recursive), sorted by path. Whatever
@@ -246,9 +245,7 @@ class line_reader {
   };
 
   static expected<line_reader, error> open(const std::filesystem::path& path, const file_kind& kind) noexcept {
-    auto f = open_regular_file(path, kind);
-    if (!f) return unexpected(f.error());
-    return line_reader(path, kind, std::move(f->fd));
+    return open_regular_file(path, kind).transform([&](auto&& f) { return line_reader(path, kind, std::move(f.fd)); });
   }
 
   expected<status, error> next(std::string& line) noexcept {

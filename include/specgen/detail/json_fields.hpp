@@ -2,6 +2,14 @@
 /// Reading JSON objects field by field with errors that name the file, the
 /// JSON pointer and the problem (`h200.json: /kernels/3/noise: must be a number in [0, 1], got -1`),
 /// so a user can fix a hand-edited or generated file without a debugger.
+///
+/// Every JSON input of the library (task files, traces, cost tables,
+/// simulator parameters, policy configs, journals, the OpenAI wire) reads
+/// through these pieces: `field_reader` for an object's fields, `file_error`
+/// for the error (`error::file` and `error::where`, the JSON pointer), and
+/// `unknown_key_problem` for a key a format does not know. A format refuses
+/// unknown keys (`field_reader::only`) unless it is deliberately open, which
+/// its reader says in a comment.
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/limits.hpp>
 #include <specgen/expected.hpp>
@@ -9,7 +17,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <concepts>
+#include <initializer_list>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -48,8 +58,61 @@ inline std::string shown(const nlohmann::json& j, std::size_t max_chars = 60) {
   return s;
 }
 
+/// RFC 6901 escaping of one reference token.
+inline std::string pointer_token(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// "unknown key 'tolerence' (did you mean 'tolerance'?); allowed: name, dtype, shape, tolerance":
+/// the problem of a key outside `allowed`, with the nearest allowed key when it is a likely typo.
+inline std::string unknown_key_problem(std::string_view key, std::initializer_list<std::string_view> allowed) {
+  std::string msg = fmt::format("unknown key '{}'", key);
+  if (allowed.size() == 0) return msg + "; the object takes no keys";
+  const auto best = std::min_element(allowed.begin(), allowed.end(), [&](auto a, auto b) {
+    return edit_distance(key, a) < edit_distance(key, b);
+  });
+  if (edit_distance(key, *best) <= 2) msg += fmt::format(" (did you mean '{}'?)", *best);
+  return msg + fmt::format("; allowed: {}", fmt::join(allowed, ", "));
+}
+
+/// The first key of object `j` outside `allowed`, if any.
+inline std::optional<std::string> unknown_key(const nlohmann::json& j, std::initializer_list<std::string_view> allowed) {
+  if (!j.is_object()) return std::nullopt;
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) return it.key();
+  return std::nullopt;
+}
+
+/// An error about the field at JSON pointer `pointer` ("" for the whole
+/// document) of `file`: `what()` reads "file: /inputs/2/shape: problem".
+inline error file_error(std::string file, std::string_view pointer, std::string problem) {
+  return error{.message = std::move(problem), .file = std::move(file),
+               .where = pointer.empty() ? std::string("/") : std::string(pointer)};
+}
+
 inline error json_error(std::string_view file, std::string_view pointer, std::string_view problem) {
-  return error{fmt::format("{}: {}: {}", file, pointer.empty() ? std::string_view("/") : pointer, problem)};
+  return file_error(std::string(file), pointer, std::string(problem));
 }
 
 /// `j` as a `T` when it is a number that `T` holds exactly (an integer type
@@ -112,10 +175,31 @@ class field_reader {
     if (!ok && !err_) fail_at(path(name), problem);
     return *this;
   }
+  /// Records `problem` against the object itself unless `ok` (or an error came first).
+  field_reader& check_object(bool ok, std::string_view problem) {
+    if (!ok && !err_) fail_at(pointer_, problem);
+    return *this;
+  }
+  /// Refuses the first key outside `allowed`, naming the nearest allowed key.
+  /// A format that must stay readable by older versions (or that a third party
+  /// extends) does not call this, and says so where it is read.
+  field_reader& only(std::initializer_list<std::string_view> allowed) {
+    if (err_) return *this;
+    if (auto k = unknown_key(obj_, allowed)) fail_at(path(*k), unknown_key_problem(*k, allowed));
+    return *this;
+  }
 
   [[nodiscard]] bool ok() const noexcept { return !err_.has_value(); }
   [[nodiscard]] const std::optional<error>& failure() const noexcept { return err_; }
-  [[nodiscard]] std::string path(std::string_view name) const { return fmt::format("{}/{}", pointer_, name); }
+  /// `value` when every read succeeded, else the first error.
+  template <class T>
+  [[nodiscard]] expected<T> result(T value) const {
+    if (err_) return unexpected(*err_);
+    return value;
+  }
+  [[nodiscard]] std::string path(std::string_view name) const {
+    return fmt::format("{}/{}", pointer_, pointer_token(name));
+  }
 
  private:
   template <class T, class R>

@@ -169,7 +169,7 @@ class replay_model {
   /// that round with that lane, else one for "any" lane, else the round's
   /// traces sorted by lane, index lane mod count. A round with no trace falls
   /// back to the task's recorded rounds (sorted), index (round + seed) mod count.
-  [[nodiscard]] expected<const trace*, backend_error> select(const request_context& ctx) const {
+  [[nodiscard]] expected<const trace*, error> select(const request_context& ctx) const {
     std::vector<int> rounds;
     for (auto it = by_slot_.lower_bound({ctx.task, std::numeric_limits<int>::min()});
          it != by_slot_.end() && it->first.first == ctx.task; ++it)
@@ -179,9 +179,8 @@ class replay_model {
       for (const auto& t : traces_) tasks.insert(t.task);
       std::string list;
       for (const auto& t : tasks) list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", t);
-      return unexpected(backend_error{fmt::format("replay: no trace recorded for task \"{}\" (the corpus has {})",
-                                                  ctx.task, list.empty() ? "no traces" : list),
-                                      false});
+      return unexpected(error{fmt::format("replay: no trace recorded for task \"{}\" (the corpus has {})",
+                                                  ctx.task, list.empty() ? "no traces" : list)});
     }
     int round = ctx.round;
     if (!by_slot_.contains({ctx.task, round})) {
@@ -205,12 +204,12 @@ class replay_model {
 
   /// Start the main stream: reasoning chunks (reasoning = true), then answer
   /// chunks. The sink must outlive the stream (until its on_end).
-  expected<stream_id, backend_error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
+  expected<stream_id, error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
     if (auto full = check_capacity(); !full) return unexpected(full.error());
     auto s = std::make_unique<stream>();
     if (chooser_) {
       auto chosen = chooser_(r);
-      if (!chosen) return unexpected(backend_error{chosen.error().message, false});
+      if (!chosen) return unexpected(chosen.error());
       s->owned = std::make_shared<const trace>(std::move(*chosen));
       s->source = s->owned.get();
       s->text = expand_all(*s->owned);  // not cached: the trace is the stream's own
@@ -237,24 +236,24 @@ class replay_model {
   /// Fork K non-reasoning samples from `f.reasoning_prefix`, which must equal
   /// the first tokens the parent stream has emitted. Sample i answers
   /// `outcome_of_fork(trace, prefix length, i)`.
-  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+  expected<stream_id, error> fork(const fork_request& f, stream_sink& sink) {
     if (auto full = check_capacity(); !full) return unexpected(full.error());
-    if (f.samples < 1) return unexpected(backend_error{fmt::format("replay: a fork needs samples >= 1, got {}", f.samples), false});
+    if (f.samples < 1) return unexpected(error{fmt::format("replay: a fork needs samples >= 1, got {}", f.samples)});
     auto pit = streams_.find(f.parent);
     if (pit == streams_.end() || !pit->second->is_main())
-      return unexpected(backend_error{fmt::format("replay: fork parent {} is not a reasoning stream of this model", f.parent), false});
+      return unexpected(error{fmt::format("replay: fork parent {} is not a reasoning stream of this model", f.parent)});
     stream& parent = *pit->second;
     const sequence& pq = parent.seqs.front();
     const std::uint64_t p = f.reasoning_prefix.size();
     if (p > pq.emitted_reasoning)
-      return unexpected(backend_error{fmt::format("replay: fork prefix has {} tokens but stream {} has emitted only {} reasoning tokens",
-                                                  p, f.parent, pq.emitted_reasoning), false});
+      return unexpected(error{fmt::format("replay: fork prefix has {} tokens but stream {} has emitted only {} reasoning tokens",
+                                                  p, f.parent, pq.emitted_reasoning)});
     for (std::uint64_t i = 0; i < p; ++i) {
       const token_id want = detail::replay_token_id(parent.text->reasoning_salt, i, params_.vocab_size);
       if (f.reasoning_prefix[i] != want)
-        return unexpected(backend_error{fmt::format("replay: fork prefix differs from stream {}'s reasoning at token {} "
+        return unexpected(error{fmt::format("replay: fork prefix differs from stream {}'s reasoning at token {} "
                                                     "(got id {}, the stream emitted {}); a fork must carry the exact ids received",
-                                                    f.parent, i, f.reasoning_prefix[i], want), false});
+                                                    f.parent, i, f.reasoning_prefix[i], want)});
     }
 
     auto s = std::make_unique<stream>();
@@ -360,10 +359,10 @@ class replay_model {
     [[nodiscard]] bool is_main() const noexcept { return answers.empty(); }
   };
 
-  expected<void, backend_error> check_capacity() const {
+  expected<void, error> check_capacity() const {
     if (active_streams_ >= params_.max_concurrent_streams)
-      return unexpected(backend_error{fmt::format("replay: {} requests already in flight (max_concurrent_streams); retry when one ends",
-                                                  active_streams_), true});
+      return unexpected(error{.message = fmt::format("replay: {} requests already in flight (max_concurrent_streams); retry when one ends",
+                                                  active_streams_), .retryable = true});
     return {};
   }
 
@@ -382,7 +381,7 @@ class replay_model {
     return slot;
   }
 
-  expected<stream_id, backend_error> launch(std::unique_ptr<stream> s, duration ttft) {
+  expected<stream_id, error> launch(std::unique_ptr<stream> s, duration ttft) {
     const stream_id id = s->id;
     stream& ref = *s;
     streams_.emplace(id, std::move(s));

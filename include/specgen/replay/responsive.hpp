@@ -208,10 +208,7 @@ class responsive_traces {
   /// says (lane 0, else the "any" lane, else the lowest lane), with every
   /// kernel the prompt reports as failing taken out. Deterministic.
   [[nodiscard]] expected<trace, error> select(std::string_view task, std::string_view prompt) const {
-    auto round = round_for(task, prompt);
-    if (!round) return unexpected(round.error());
-    const std::size_t index = pick(task, *round);
-    return rewrite(index, prompt);
+    return round_for(task, prompt).transform([&](int round) { return rewrite(pick(task, round), prompt); });
   }
 
   /// The sentence a fenced draft of a failed kernel is replaced with.

@@ -98,17 +98,6 @@ struct trace {
   }
 };
 
-/// Where a trace file is wrong: "file: /json/pointer: problem".
-struct trace_error {
-  std::string file{};
-  std::string pointer{};  ///< JSON pointer into the file ("" for the whole file)
-  std::string message{};
-  [[nodiscard]] std::string what() const {
-    return fmt::format("{}: {}: {}", file, pointer.empty() ? "/" : pointer, message);
-  }
-  friend bool operator==(const trace_error&, const trace_error&) = default;
-};
-
 /// Token count of text whose tokens are unknown: 1 token per 4 bytes (rounded
 /// up), at least 1 -- the usual rule of thumb for English and code with BPE
 /// tokenizers.
@@ -157,6 +146,7 @@ class token_text {
 namespace detail {
 
 // The core's checked reading, for the trace reader below.
+using specgen::detail::field_reader;
 using specgen::detail::in;
 using specgen::detail::json_files_in;
 using specgen::detail::number_value;
@@ -308,13 +298,17 @@ namespace detail {
 inline nlohmann::json answer_to_json(const answer_text& a) { return {{"text", a.text}, {"tokens", a.tokens}}; }
 
 /// Walks a JSON document and reports the first problem with its pointer.
+/// The format is closed: an unknown key anywhere is refused (a typo in a
+/// hand-written trace must not silently change what is replayed).
 class trace_reader {
  public:
   explicit trace_reader(std::string file) : file_(std::move(file)) {}
 
-  expected<std::vector<trace>, trace_error> read_document(const nlohmann::json& j) {
+  expected<std::vector<trace>, error> read_document(const nlohmann::json& j) {
     if (!j.is_object()) return fail("", "a trace file is a JSON object with \"format\" and \"traces\"");
-    if (auto e = keys(j, "", {"format", "traces"}); !e) return unexpected(e.error());
+    field_reader r(j, file_, "");
+    r.only({"format", "traces"});
+    if (!r.ok()) return unexpected(*r.failure());
     if (!j.contains("format") || !j["format"].is_string())
       return fail("/format", fmt::format("missing \"format\": expected \"{}\"", trace_format));
     if (j["format"].get<std::string>() != trace_format)
@@ -332,108 +326,61 @@ class trace_reader {
   }
 
  private:
-  using err = expected<void, trace_error>;
-
-  unexpected<trace_error> fail(std::string pointer, std::string message) const {
-    return unexpected(trace_error{file_, std::move(pointer), std::move(message)});
+  unexpected<error> fail(std::string pointer, std::string message) const {
+    return unexpected(specgen::detail::file_error(file_, std::move(pointer), std::move(message)));
   }
 
-  err keys(const nlohmann::json& j, const std::string& at, std::initializer_list<std::string_view> allowed) const {
-    for (const auto& [k, v] : j.items()) {
-      if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) continue;
-      std::string list;
-      for (auto a : allowed) list += fmt::format("{}\"{}\"", list.empty() ? "" : ", ", a);
-      return fail(fmt::format("{}/{}", at, k), fmt::format("unknown key \"{}\" (allowed: {})", k, list));
-    }
-    return {};
-  }
-
-  expected<std::string, trace_error> str(const nlohmann::json& j, const std::string& at, const char* key) const {
-    if (!j.contains(key)) return fail(at + "/" + key, fmt::format("missing \"{}\"", key));
-    if (!j[key].is_string()) return fail(at + "/" + key, "expected a string");
-    return j[key].get<std::string>();
-  }
-
-  /// An integer in `r`.
-  template <class T>
-  expected<T, trace_error> count(const nlohmann::json& v, const std::string& at, const range<T>& r) const {
-    T n{};
-    if (!number_value(v, n) || !r.contains(n)) return fail(at, fmt::format("must be {}, got {}", r.describe(), shown(v)));
-    return n;
-  }
   /// A token count: at least `min`, at most limits::max_tokens.
-  expected<std::uint64_t, trace_error> tokens(const nlohmann::json& v, const std::string& at, std::uint64_t min) const {
-    return count(v, at, in<std::uint64_t>(min, limits::max_tokens));
-  }
+  static range<std::uint64_t> tokens(std::uint64_t min) { return in<std::uint64_t>(min, limits::max_tokens); }
 
-  expected<answer_text, trace_error> read_answer(const nlohmann::json& j, const std::string& at) const {
+  expected<answer_text, error> read_answer(const nlohmann::json& j, const std::string& at) const {
     if (!j.is_object()) return fail(at, "expected an object {\"text\": ..., \"tokens\": ...}");
-    if (auto e = keys(j, at, {"text", "tokens"}); !e) return unexpected(e.error());
-    auto text = str(j, at, "text");
-    if (!text) return unexpected(text.error());
-    answer_text a{*text, estimate_tokens(*text)};
-    if (j.contains("tokens")) {
-      auto n = tokens(j["tokens"], at + "/tokens", 1);
-      if (!n) return unexpected(n.error());
-      a.tokens = *n;
-    }
-    return a;
+    answer_text a;
+    field_reader r(j, file_, at);
+    r.only({"text", "tokens"}).required("text", a.text);
+    a.tokens = estimate_tokens(a.text);
+    r.optional("tokens", a.tokens, tokens(1));
+    return r.result(std::move(a));
   }
 
-  expected<segment, trace_error> read_segment(const nlohmann::json& j, const std::string& at) const {
+  expected<segment, error> read_segment(const nlohmann::json& j, const std::string& at) const {
     if (!j.is_object() || (j.contains("text") == j.contains("filler")))
       return fail(at, "a segment is {\"text\": ..., \"tokens\": ...} or {\"filler\": <tokens>, \"topic\": ...}");
     if (j.contains("filler")) {
-      if (auto e = keys(j, at, {"filler", "topic"}); !e) return unexpected(e.error());
-      auto n = tokens(j["filler"], at + "/filler", 1);
-      if (!n) return unexpected(n.error());
-      segment s{.text = "", .tokens = *n, .filler = true, .topic = ""};
-      if (j.contains("topic")) {
-        auto topic = str(j, at, "topic");
-        if (!topic) return unexpected(topic.error());
-        s.topic = *topic;
-      }
-      return s;
+      segment s{.text = "", .tokens = 0, .filler = true, .topic = ""};
+      field_reader r(j, file_, at);
+      r.only({"filler", "topic"}).required("filler", s.tokens, tokens(1)).optional("topic", s.topic);
+      return r.result(std::move(s));
     }
-    auto a = read_answer(j, at);
-    if (!a) return unexpected(a.error());
-    if (a->text.empty()) return fail(at + "/text", "literal text is empty (drop the segment, or use filler)");
-    return segment{.text = std::move(a->text), .tokens = a->tokens, .filler = false, .topic = ""};
+    return read_answer(j, at).and_then([&](answer_text a) -> expected<segment, error> {
+      if (a.text.empty()) return fail(at + "/text", "literal text is empty (drop the segment, or use filler)");
+      return segment{.text = std::move(a.text), .tokens = a.tokens, .filler = false, .topic = ""};
+    });
   }
 
-  expected<trace, trace_error> read_trace(const nlohmann::json& j, const std::string& at) const {
+  expected<trace, error> read_trace(const nlohmann::json& j, const std::string& at) const {
     if (!j.is_object()) return fail(at, "a trace is a JSON object");
-    if (auto e = keys(j, at, {"id", "task", "round", "lane", "style", "segments", "answer", "forks"}); !e)
-      return unexpected(e.error());
     trace t;
-    auto task = str(j, at, "task");
-    if (!task) return unexpected(task.error());
-    if (task->empty()) return fail(at + "/task", "the task name is empty");
-    t.task = *task;
-    if (!j.contains("round")) return fail(at + "/round", "missing \"round\" (0-based)");
-    auto round = count(j["round"], at + "/round", in(0, limits::max_rounds - 1));
-    if (!round) return unexpected(round.error());
-    t.round = *round;
-    if (!j.contains("lane")) return fail(at + "/lane", "missing \"lane\": a 0-based lane or \"any\"");
-    if (j["lane"].is_string() && j["lane"].get<std::string>() == "any") {
-      t.lane = std::nullopt;
-    } else {
-      auto lane = count(j["lane"], at + "/lane", in(0, limits::max_lanes - 1));
-      if (!lane) return fail(at + "/lane", fmt::format("must be a 0-based lane in [0, {}] or \"any\", got {}",
-                                                      limits::max_lanes - 1, shown(j["lane"])));
-      t.lane = *lane;
+    std::string style;
+    field_reader r(j, file_, at);
+    r.only({"id", "task", "round", "lane", "style", "segments", "answer", "forks"})
+        .required("task", t.task)
+        .check(t.task.size() > 0, "task", "the task name is empty")
+        .required("round", t.round, in(0, limits::max_rounds - 1));
+    if (r.ok() && !(j.contains("lane") && j["lane"] == "any")) {
+      int lane = 0;
+      const bool ok = j.contains("lane") && number_value(j["lane"], lane) && lane >= 0 && lane < limits::max_lanes;
+      r.check(ok, "lane", fmt::format("must be a 0-based lane in [0, {}] or \"any\", got {}", limits::max_lanes - 1,
+                                      j.contains("lane") ? shown(j["lane"]) : std::string("nothing")));
+      t.lane = lane;
     }
-    auto style = str(j, at, "style");
-    if (!style) return unexpected(style.error());
-    auto sit = std::find(trace_style_names.begin(), trace_style_names.end(), *style);
-    if (sit == trace_style_names.end())
-      return fail(at + "/style", fmt::format("unknown style \"{}\" (expected \"draft_early\" or \"think_then_write\")", *style));
+    r.required("style", style);
+    const auto sit = std::find(trace_style_names.begin(), trace_style_names.end(), style);
+    r.check(sit != trace_style_names.end(), "style",
+            fmt::format("unknown style \"{}\" (expected \"draft_early\" or \"think_then_write\")", style));
+    r.optional("id", t.id);
+    if (!r.ok()) return unexpected(*r.failure());
     t.style = static_cast<trace_style>(sit - trace_style_names.begin());
-    if (j.contains("id")) {
-      auto id = str(j, at, "id");
-      if (!id) return unexpected(id.error());
-      t.id = *id;
-    }
     if (t.id.empty()) t.id = default_trace_id(t);
 
     if (!j.contains("segments") || !j["segments"].is_array() || j["segments"].empty())
@@ -463,21 +410,21 @@ class trace_reader {
         const std::string fat = fmt::format("{}/forks/{}", at, i);
         const auto& f = j["forks"][i];
         if (!f.is_object()) return fail(fat, "a fork point is {\"at_token\": ..., \"samples\": [...]}");
-        if (auto e = keys(f, fat, {"at_token", "samples"}); !e) return unexpected(e.error());
-        if (!f.contains("at_token")) return fail(fat + "/at_token", "missing \"at_token\"");
-        auto pos = tokens(f["at_token"], fat + "/at_token", 0);
-        if (!pos) return unexpected(pos.error());
-        if (*pos > total)
-          return fail(fat + "/at_token", fmt::format("{} is past the end of the reasoning ({} tokens)", *pos, total));
-        if (!t.forks.empty() && *pos <= t.forks.back().at_token)
+        std::uint64_t at_token = 0;
+        field_reader fr(f, file_, fat);
+        fr.only({"at_token", "samples"}).required("at_token", at_token, tokens(0));
+        if (!fr.ok()) return unexpected(*fr.failure());
+        if (at_token > total)
+          return fail(fat + "/at_token", fmt::format("{} is past the end of the reasoning ({} tokens)", at_token, total));
+        if (!t.forks.empty() && at_token <= t.forks.back().at_token)
           return fail(fat + "/at_token", fmt::format("fork points must be sorted by at_token, strictly increasing "
-                                                     "({} follows {})", *pos, t.forks.back().at_token));
+                                                     "({} follows {})", at_token, t.forks.back().at_token));
         if (!f.contains("samples") || !f["samples"].is_array() || f["samples"].empty())
           return fail(fat + "/samples", "expected a non-empty array of answers");
         if (f["samples"].size() > static_cast<std::size_t>(limits::max_fork_samples))
           return fail(fat + "/samples", fmt::format("{} samples; at most {} (K of a fork is at most that)",
                                                     f["samples"].size(), limits::max_fork_samples));
-        fork_point fp{*pos, {}};
+        fork_point fp{at_token, {}};
         for (std::size_t k = 0; k < f["samples"].size(); ++k) {
           auto a = read_answer(f["samples"][k], fmt::format("{}/samples/{}", fat, k));
           if (!a) return unexpected(a.error());
@@ -525,36 +472,37 @@ inline nlohmann::json traces_to_json(std::span<const trace> traces) {
 }
 
 /// Parse and validate a trace document; `file` names it in errors.
-inline expected<std::vector<trace>, trace_error> parse_traces(const nlohmann::json& j, std::string_view file) {
+inline expected<std::vector<trace>, error> parse_traces(const nlohmann::json& j, std::string_view file) {
   return detail::trace_reader(std::string(file)).read_document(j);
 }
 
 namespace detail {
 
-/// A trace_error from an `error` whose message reads "<file>: <problem>" or
-/// "<file>: /json/pointer: <problem>" (the file helpers', a cost table's).
-inline trace_error whole_file_error(const std::string& file, const error& e) {
+/// A file's error from an `error` that names its file (a cost table's), or
+/// whose message reads "<file>: <problem>" (the file helpers').
+inline error whole_file_error(const std::string& file, const error& e) {
+  if (!e.file.empty()) return e;  // already names its file and JSON pointer
   std::string m = e.message;
   if (m.starts_with(file + ": ")) m.erase(0, file.size() + 2);
   if (const auto colon = m.find(": "); m.starts_with("/") && colon != std::string::npos)
-    return trace_error{file, m.substr(0, colon), m.substr(colon + 2)};
-  return trace_error{file, "", std::move(m)};
+    return specgen::detail::file_error(file, m.substr(0, colon), m.substr(colon + 2));
+  return specgen::detail::file_error(file, "", std::move(m));
 }
 
-inline expected<std::vector<trace>, trace_error> load_trace_file(const std::filesystem::path& path) {
-  auto j = read_json_file(path, file_kinds::trace, /*comments=*/false);
-  if (!j) return unexpected(whole_file_error(path.string(), j.error()));
-  return parse_traces(*j, path.string());
+inline expected<std::vector<trace>, error> load_trace_file(const std::filesystem::path& path) {
+  return read_json_file(path, file_kinds::trace, /*comments=*/false)
+      .transform_error([&](const error& e) { return whole_file_error(path.string(), e); })
+      .and_then([&](const nlohmann::json& j) { return parse_traces(j, path.string()); });
 }
 
-inline expected<std::vector<trace>, trace_error> load_traces_from(const std::filesystem::path& path) {
+inline expected<std::vector<trace>, error> load_traces_from(const std::filesystem::path& path) {
   std::vector<std::filesystem::path> files{};
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     auto listed = json_files_in(path);
     if (!listed) return unexpected(whole_file_error(path.string(), listed.error()));
     files = std::move(*listed);
-    if (files.empty()) return unexpected(trace_error{path.string(), "", "the directory holds no *.json trace files"});
+    if (files.empty()) return unexpected(specgen::detail::file_error(path.string(), "", "the directory holds no *.json trace files"));
   } else {
     files.push_back(path);
   }
@@ -568,13 +516,13 @@ inline expected<std::vector<trace>, trace_error> load_traces_from(const std::fil
       trace& t = (*part)[i];
       const std::string where = fmt::format("{}: /traces/{}", f.string(), i);
       if (auto [it, fresh] = seen_id.emplace(t.id, where); !fresh)
-        return unexpected(trace_error{f.string(), fmt::format("/traces/{}/id", i),
-                                      fmt::format("duplicate trace id \"{}\" (also at {})", t.id, it->second)});
+        return unexpected(specgen::detail::file_error(f.string(), fmt::format("/traces/{}/id", i),
+                                      fmt::format("duplicate trace id \"{}\" (also at {})", t.id, it->second)));
       if (auto [it, fresh] = seen_slot.emplace(std::tuple{t.task, t.round, t.lane.value_or(-1)}, where); !fresh)
-        return unexpected(trace_error{f.string(), fmt::format("/traces/{}", i),
+        return unexpected(specgen::detail::file_error(f.string(), fmt::format("/traces/{}", i),
                                       fmt::format("a second trace for task \"{}\" round {} lane {} (also at {})",
                                                   t.task, t.round, t.lane ? std::to_string(*t.lane) : "any",
-                                                  it->second)});
+                                                  it->second)));
       all.push_back(std::move(t));
     }
   }
@@ -586,22 +534,22 @@ inline expected<std::vector<trace>, trace_error> load_traces_from(const std::fil
 /// Load traces from a file, or from every `*.json` file of a directory (in
 /// name order). Rejects two traces with the same id, or for the same (task,
 /// round, lane), naming both places. Every failure (a file that is not a
-/// regular file, one over 64 MiB, a value out of range) is a `trace_error`;
+/// regular file, one over 64 MiB, a value out of range) is an `error`;
 /// this never throws.
-inline expected<std::vector<trace>, trace_error> load_traces(const std::filesystem::path& path) noexcept {
+inline expected<std::vector<trace>, error> load_traces(const std::filesystem::path& path) noexcept {
   try {
     return detail::load_traces_from(path);
   } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
-    return unexpected(trace_error{path.string(), "", fmt::format("cannot load the traces: {}", e.what())});
+    return unexpected(specgen::detail::file_error(path.string(), "", fmt::format("cannot load the traces: {}", e.what())));
   }
 }
 
 /// Write `traces` as one trace file.
-inline expected<void, trace_error> write_traces(const std::filesystem::path& file, std::span<const trace> traces) {
+inline expected<void, error> write_traces(const std::filesystem::path& file, std::span<const trace> traces) {
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out) return unexpected(trace_error{file.string(), "", "cannot create the file"});
+  if (!out) return unexpected(specgen::detail::file_error(file.string(), "", "cannot create the file"));
   out << traces_to_json(traces).dump(1) << '\n';
-  if (!out) return unexpected(trace_error{file.string(), "", "write failed"});
+  if (!out) return unexpected(specgen::detail::file_error(file.string(), "", "write failed"));
   return {};
 }
 

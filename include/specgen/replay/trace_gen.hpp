@@ -40,9 +40,6 @@
 SPECGEN_BEGIN_NAMESPACE
 namespace replay {
 
-/// Errors of corpus files are reported like trace errors: file, JSON pointer, problem.
-using corpus_error = trace_error;
-
 // ---- the cost table (shared contract with the simulated device) ------------------
 
 // ---- the generator -----------------------------------------------------------------
@@ -837,22 +834,22 @@ inline corpus generate_corpus(const corpus_params& p, std::uint64_t seed) {
 
 namespace detail {
 
-inline expected<void, corpus_error> write_json(const std::filesystem::path& path, const nlohmann::json& j) {
+inline expected<void, error> write_json(const std::filesystem::path& path, const nlohmann::json& j) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return unexpected(corpus_error{path.string(), "", "cannot create the file"});
+  if (!out) return unexpected(specgen::detail::file_error(path.string(), "", "cannot create the file"));
   out << j.dump(1) << '\n';
-  if (!out) return unexpected(corpus_error{path.string(), "", "write failed"});
+  if (!out) return unexpected(specgen::detail::file_error(path.string(), "", "write failed"));
   return {};
 }
 
 }  // namespace detail
 
 /// Write `c` under `dir`: tasks/<name>.json, traces/<task>.json, cost_table.json.
-inline expected<void, corpus_error> write_corpus(const corpus& c, const std::filesystem::path& dir) {
+inline expected<void, error> write_corpus(const corpus& c, const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir / "tasks", ec);
   std::filesystem::create_directories(dir / "traces", ec);
-  if (ec) return unexpected(corpus_error{dir.string(), "", fmt::format("cannot create the directory: {}", ec.message())});
+  if (ec) return unexpected(specgen::detail::file_error(dir.string(), "", fmt::format("cannot create the directory: {}", ec.message())));
   for (const auto& t : c.tasks) {
     if (auto r = detail::write_json(dir / "tasks" / (t.name + ".json"), to_json(t)); !r) return r;
     std::vector<trace> mine;
@@ -866,24 +863,28 @@ inline expected<void, corpus_error> write_corpus(const corpus& c, const std::fil
 /// Read what write_corpus wrote: the tasks in file-name order (two files
 /// defining one task name are an error naming both), the traces and the cost
 /// table, each file checked as its loader checks it. Never throws.
-inline expected<corpus, corpus_error> load_corpus(const std::filesystem::path& dir) noexcept {
+inline expected<corpus, error> load_corpus(const std::filesystem::path& dir) noexcept {
   try {
     corpus c;
-    auto files = specgen::detail::json_files_in(dir / "tasks");
-    if (!files) return unexpected(detail::whole_file_error((dir / "tasks").string(), files.error()));
-    auto tasks = load_tasks(*files);
-    if (!tasks) return unexpected(corpus_error{tasks.error().file, tasks.error().field, tasks.error().message});
-    c.tasks = std::move(*tasks);
-    auto traces = load_traces(dir / "traces");
-    if (!traces) return unexpected(traces.error());
-    c.traces = std::move(*traces);
     const auto table = dir / "cost_table.json";
-    auto costs = load_cost_table(table);
-    if (!costs) return unexpected(detail::whole_file_error(table.string(), costs.error()));
-    c.costs = std::move(*costs);
-    return c;
+    return specgen::detail::json_files_in(dir / "tasks")
+        .transform_error([&](const error& e) { return detail::whole_file_error((dir / "tasks").string(), e); })
+        .and_then([](const std::vector<std::filesystem::path>& files) { return load_tasks(files); })
+        .and_then([&](std::vector<task> tasks) {
+          c.tasks = std::move(tasks);
+          return load_traces(dir / "traces");
+        })
+        .and_then([&](std::vector<trace> traces) {
+          c.traces = std::move(traces);
+          return load_cost_table(table).transform_error(
+              [&](const error& e) { return detail::whole_file_error(table.string(), e); });
+        })
+        .transform([&](cost_table costs) {
+          c.costs = std::move(costs);
+          return std::move(c);
+        });
   } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
-    return unexpected(corpus_error{dir.string(), "", fmt::format("cannot load the corpus: {}", e.what())});
+    return unexpected(specgen::detail::file_error(dir.string(), "", fmt::format("cannot load the corpus: {}", e.what())));
   }
 }
 

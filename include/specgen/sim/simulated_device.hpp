@@ -99,13 +99,16 @@ void check_sim_params(const sim_params& p, Check&& check) {
 
 }  // namespace detail
 
-/// Reads `sim_params` from JSON; missing fields keep their defaults, and
-/// `"profile": null` (or no profile) uses the cost table's settings.
+/// Reads `sim_params` from JSON; missing fields keep their defaults, an
+/// unknown field is refused, and `"profile": null` (or no profile) uses the
+/// cost table's settings.
 inline expected<sim_params, error> parse_sim_params(const nlohmann::json& j, std::string_view where = "sim_params") {
   sim_params p;
   std::string unknown = std::string(unknown_kernel_policy_names[static_cast<std::size_t>(p.unknown_kernels)]);
   specgen::detail::field_reader r(j, where, "");
-  r.optional("devices", p.devices)
+  r.only({"devices", "compile_slots", "seed", "compile_cache", "cached_compile_s", "load_s", "respawn_s", "deadline_s",
+          "unknown_kernels", "unknown_compile_s", "profile"})
+      .optional("devices", p.devices)
       .optional("compile_slots", p.compile_slots)
       .optional("seed", p.seed)
       .optional("compile_cache", p.compile_cache)
@@ -151,7 +154,7 @@ void to_json(Json& j, const sim_params& p) {
 /// convention of json.hpp) with `parse_sim_params`'s message.
 inline void from_json(const nlohmann::json& j, sim_params& p) {
   auto r = parse_sim_params(j);
-  if (!r) throw nlohmann::json::type_error::create(302, r.error().message, &j);
+  if (!r) throw nlohmann::json::type_error::create(302, r.error().what(), &j);
   p = *r;
 }
 

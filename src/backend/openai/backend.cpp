@@ -105,8 +105,8 @@ struct openai_backend::impl {
     alive.reset();
   }
 
-  [[nodiscard]] backend_error refusal(std::string_view message, bool retryable) const {
-    return backend_error{scrub.clean(message), retryable};
+  [[nodiscard]] error refusal(std::string_view message, bool retryable) const {
+    return error{.message = scrub.clean(message), .retryable = retryable};
   }
 
   [[nodiscard]] detail::abort_request abort_of(const std::string& rid) const {
@@ -114,7 +114,7 @@ struct openai_backend::impl {
     return {.path = dialect.abort_path, .body = nlohmann::json{{"rid", rid}}.dump()};
   }
 
-  expected<void, backend_error> capacity() const {
+  expected<void, error> capacity() const {
     if (in_flight >= cfg.max_streams)
       return unexpected(refusal(fmt::format("openai: {} requests in flight (max_streams); retry when one ends", in_flight), true));
     return {};
@@ -132,7 +132,7 @@ struct openai_backend::impl {
     return id;
   }
 
-  expected<stream_id, backend_error> start_reasoning(const reasoning_request& q, stream_sink& sink) {
+  expected<stream_id, error> start_reasoning(const reasoning_request& q, stream_sink& sink) {
     if (auto full = capacity(); !full) return unexpected(full.error());
     const stream_id id = add(sink, false, 1);
     request& r = requests[id];
@@ -155,7 +155,7 @@ struct openai_backend::impl {
     return {};
   }
 
-  expected<stream_id, backend_error> fork(const fork_request& f, stream_sink& sink) {
+  expected<stream_id, error> fork(const fork_request& f, stream_sink& sink) {
     if (auto full = capacity(); !full) return unexpected(full.error());
     if (f.samples < 1) return unexpected(refusal(fmt::format("openai: a fork needs samples >= 1, got {}", f.samples), false));
     auto pit = requests.find(f.parent);
@@ -378,11 +378,11 @@ backend_limits openai_backend::limits() const noexcept {
   return {.max_concurrent_streams = impl_->cfg.max_streams, .token_ids = impl_->dialect.kind == "vllm", .kv_hooks = false};
 }
 
-expected<stream_id, backend_error> openai_backend::start_reasoning(const reasoning_request& r, stream_sink& sink) {
+expected<stream_id, error> openai_backend::start_reasoning(const reasoning_request& r, stream_sink& sink) {
   return impl_->start_reasoning(r, sink);
 }
 
-expected<stream_id, backend_error> openai_backend::fork(const fork_request& f, stream_sink& sink) { return impl_->fork(f, sink); }
+expected<stream_id, error> openai_backend::fork(const fork_request& f, stream_sink& sink) { return impl_->fork(f, sink); }
 
 void openai_backend::cancel(stream_id id) { impl_->cancel(id); }
 

@@ -150,15 +150,8 @@ expected<openai_config, error> config_from_json(const nlohmann::json& j) {
 nlohmann::json to_json(const openai_config& c) { return specgen::detail::write_fields(c); }
 
 expected<model_preset, error> resolve_family(const openai_config& c) {
-  model_preset base;
-  if (c.preset == "auto") {
-    base = preset_for_model(c.model);
-  } else {
-    auto p = find_preset(c.preset);
-    if (!p) return unexpected(p.error());
-    base = std::move(*p);
-  }
-  return specgen::detail::read_fields<model_preset>(c.family, "family", std::move(base));
+  const auto base = c.preset == "auto" ? expected<model_preset, error>(preset_for_model(c.model)) : find_preset(c.preset);
+  return base.and_then([&](const model_preset& b) { return specgen::detail::read_fields<model_preset>(c.family, "family", b); });
 }
 
 std::string normalized_base_url(std::string_view url) {

@@ -15,6 +15,11 @@ namespace {
 
 using json = nlohmann::json;
 
+// The wire format is deliberately open: an OpenAI-compatible server's events
+// and responses carry keys this client does not read, and servers add new
+// ones from version to version, so unknown keys are ignored throughout (the
+// client reads only what it needs, leniently, with the helpers below).
+
 /// A string field, or "" when absent, null or not a string.
 std::string_view string_at(const json& j, const char* key) {
   auto it = j.find(key);

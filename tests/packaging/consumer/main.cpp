@@ -20,13 +20,13 @@ namespace {
 class null_backend {
  public:
   [[nodiscard]] specgen::backend_limits limits() const { return {}; }
-  specgen::expected<specgen::stream_id, specgen::backend_error> start_reasoning(
+  specgen::expected<specgen::stream_id, specgen::error> start_reasoning(
       const specgen::reasoning_request&, specgen::stream_sink&) {
     return ++last_;
   }
-  specgen::expected<specgen::stream_id, specgen::backend_error> fork(const specgen::fork_request&,
+  specgen::expected<specgen::stream_id, specgen::error> fork(const specgen::fork_request&,
                                                                      specgen::stream_sink&) {
-    return specgen::unexpected(specgen::backend_error{.message = "forks are not supported"});
+    return specgen::unexpected(specgen::error{.message = "forks are not supported"});
   }
   void cancel(specgen::stream_id) {}
 
