@@ -2,7 +2,7 @@
 
 #include "disk_cache.hpp"
 #include "hash128.hpp"
-#include "nvrtc_loader.hpp"
+#include "gpu/loader/nvrtc.hpp"
 #include "sandbox/helper.hpp"
 #include "thread_pool.hpp"
 

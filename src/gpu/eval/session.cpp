@@ -3,6 +3,7 @@
 // comparison that decides a verdict runs in this process.
 #include "internal.hpp"
 #include "gpu/common/companion.hpp"
+#include "gpu/supervisor/worker_host.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
 

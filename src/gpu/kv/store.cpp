@@ -9,7 +9,7 @@
 #include "layout.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
-#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/device_info.hpp>
 
 #include <fmt/format.h>
 

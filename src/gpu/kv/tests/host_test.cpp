@@ -6,7 +6,7 @@
 #include "device.hpp"
 #include "layout.hpp"
 
-#include "gpu/compiler/nvrtc_loader.hpp"
+#include "gpu/loader/nvrtc.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
 
