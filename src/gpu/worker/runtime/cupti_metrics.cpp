@@ -1,20 +1,10 @@
-// CUPTI's range profiler through dlopen, like the activity pass (cupti.cpp):
-// every function is typed by the CUPTI headers we compile against
-// (cupti_range_profiler.h, cupti_profiler_host.h, cupti_profiler_target.h,
-// cupti_target.h), and every parameter struct carries the header's
-// *_STRUCT_SIZE, which is how CUPTI tells versions apart.
-//
-// Since CUDA 12.6 Update 2 the host side (config image, number of passes,
-// evaluation) is in libcupti itself (cuptiProfilerHost*): nothing calls
-// nvperf_host directly. libcupti does dlopen("libnvperf_host.so") by that bare
-// name when its host API is first used (seen with LD_DEBUG on CUDA 13.0), which
-// only the loader's search path finds; so it is loaded here first, by its full
-// path next to the libcupti we loaded, and CUPTI's dlopen then matches it by
-// its soname.
+// CUPTI's range profiler, loaded at run time by the loader
+// (gpu/loader/cupti_range_profiler.hpp): every parameter struct carries the
+// header's *_STRUCT_SIZE, which is how CUPTI tells versions apart.
 #include "cupti_metrics.hpp"
 
-#include "gpu/loader/dynlib.hpp"
 #include "gpu/loader/cupti.hpp"
+#include "gpu/loader/cupti_range_profiler.hpp"
 #include "gpu/loader/driver.hpp"
 
 #include <cupti_profiler_target.h>
@@ -24,8 +14,6 @@
 #include <cupti_target.h>
 #include <cupti_version.h>
 #include <fmt/format.h>
-
-#include <dlfcn.h>
 
 #include <chrono>
 #include <cmath>
@@ -38,31 +26,6 @@ SPECGEN_BEGIN_NAMESPACE
 namespace gpu::detail {
 namespace {
 
-#define SPECGEN_RP_STRINGIFY_(x) #x
-#define SPECGEN_RP_STRINGIFY(x) SPECGEN_RP_STRINGIFY_(x)
-
-// Everything the pass calls; a libcupti lacking any of them is too old (the
-// range profiler and the host API arrived with CUDA 12.6 Update 2).
-#define SPECGEN_RP_FUNCTIONS(X)                                                                                      \
-  X(cuptiGetResultString) X(cuptiGetVersion) X(cuptiProfilerInitialize) X(cuptiProfilerDeInitialize)               \
-  X(cuptiProfilerDeviceSupported) X(cuptiDeviceGetChipName) X(cuptiProfilerGetCounterAvailability)                 \
-  X(cuptiProfilerHostInitialize) X(cuptiProfilerHostDeinitialize) X(cuptiProfilerHostConfigAddMetrics)            \
-  X(cuptiProfilerHostGetConfigImageSize) X(cuptiProfilerHostGetConfigImage) X(cuptiProfilerHostGetNumOfPasses)     \
-  X(cuptiProfilerHostGetMetricProperties) X(cuptiProfilerHostEvaluateToGpuValues) X(cuptiRangeProfilerEnable)      \
-  X(cuptiRangeProfilerDisable) X(cuptiRangeProfilerGetCounterDataSize)                                             \
-  X(cuptiRangeProfilerCounterDataImageInitialize) X(cuptiRangeProfilerSetConfig) X(cuptiRangeProfilerStart)        \
-  X(cuptiRangeProfilerStop) X(cuptiRangeProfilerPushRange) X(cuptiRangeProfilerPopRange)                           \
-  X(cuptiRangeProfilerDecodeData) X(cuptiRangeProfilerGetCounterDataInfo)
-
-struct rp_api {
-#define SPECGEN_RP_MEMBER(fn) decltype(&::fn) fn = nullptr;
-  SPECGEN_RP_FUNCTIONS(SPECGEN_RP_MEMBER)
-#undef SPECGEN_RP_MEMBER
-  std::string library;       ///< the file that was loaded
-  std::uint32_t version = 0; ///< cuptiGetVersion: 130000 for CUDA 13.0, 24 for 12.6
-  std::string nvperf_note;   ///< why libnvperf_host.so could not be loaded next to libcupti, or empty
-};
-
 /// A CUPTI parameter struct, zeroed, with the size the header gives it.
 template <class P>
 P params(std::size_t struct_size) {
@@ -71,60 +34,6 @@ P params(std::size_t struct_size) {
   return p;
 }
 #define SPECGEN_RP_PARAMS(T) params<T>(T##_STRUCT_SIZE)
-
-/// Loads libnvperf_host.so from libcupti's own directory (see the file
-/// comment); empty on success, else why not (CUPTI may still find it itself).
-std::string preload_nvperf_host(void* cupti_symbol) {
-  Dl_info info{};
-  if (dladdr(cupti_symbol, &info) == 0 || !info.dli_fname) return "libcupti's directory is unknown (dladdr failed)";
-  const std::string cupti = info.dli_fname;
-  const auto slash = cupti.rfind('/');
-  if (slash == std::string::npos) return fmt::format("libcupti's directory is unknown ({})", cupti);
-  const std::string host = cupti.substr(0, slash) + "/libnvperf_host.so";
-  // Never closed, like libcupti: CUPTI keeps using it.
-  if (dlopen(host.c_str(), RTLD_NOW | RTLD_LOCAL)) return {};
-  const char* e = dlerror();
-  return fmt::format("{} could not be loaded: {}", host, e ? e : "unknown error");
-}
-
-expected<rp_api, std::string> open_range_profiler(const std::vector<std::string>& candidates) {
-  // Never closed: CUPTI keeps threads and hooks for the process's life.
-  const auto opened = open_first(candidates);
-  if (!opened.handle)
-    return unexpected(fmt::format("libcupti not found ({} could not be loaded: {}); set SPECGEN_CUPTI_LIBRARY to the "
-                                  "path of libcupti.so.{}",
-                                  opened.tried, opened.last_error, CUDA_VERSION / 1000));
-  rp_api api;
-  api.library = opened.loaded;
-  std::string missing;
-#define SPECGEN_RP_RESOLVE(fn)                                                                  \
-  api.fn = reinterpret_cast<decltype(api.fn)>(dlsym(opened.handle, SPECGEN_RP_STRINGIFY(fn))); \
-  if (!api.fn) missing += missing.empty() ? SPECGEN_RP_STRINGIFY(fn) : ", " SPECGEN_RP_STRINGIFY(fn);
-  SPECGEN_RP_FUNCTIONS(SPECGEN_RP_RESOLVE)
-#undef SPECGEN_RP_RESOLVE
-  if (api.cuptiGetVersion && api.cuptiGetVersion(&api.version) != CUPTI_SUCCESS) api.version = 0;
-  if (!missing.empty())
-    return unexpected(fmt::format("{} (CUPTI API version {}) lacks {}: the range profiler needs libcupti from CUDA 12.6 "
-                                  "Update 2 or newer (these headers are CUDA {}.{}'s)",
-                                  opened.loaded, api.version, missing, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10));
-  // Versions 1..28 count releases up to 12.9; 12.6 was 24. From 13.0 on it is 130000 and up.
-  if (api.version < 24)
-    return unexpected(fmt::format("{} is CUPTI API version {}: the range profiler needs CUDA 12.6 Update 2 or newer",
-                                  opened.loaded, api.version));
-  api.nvperf_note = preload_nvperf_host(reinterpret_cast<void*>(api.cuptiGetResultString));
-  return api;
-}
-
-/// libcupti with the range profiler, loaded once per process.
-const expected<const rp_api*, std::string>& load_api() {
-  static const expected<const rp_api*, std::string> loaded = []() -> expected<const rp_api*, std::string> {
-    auto api = open_range_profiler(cupti_candidates());
-    if (!api) return unexpected(api.error());
-    static const rp_api kept = std::move(*api);
-    return &kept;
-  }();
-  return loaded;
-}
 
 std::string result_name(const rp_api& api, CUptiResult r) {
   const char* text = nullptr;
@@ -389,7 +298,7 @@ expected<std::string, std::string> probe_range_profiler(const std::vector<std::s
 
 expected<std::size_t, std::string> metric_passes(const std::string& chip, const std::vector<std::string>& metrics) {
   try {
-    const auto& loaded = load_api();
+    const auto& loaded = load_range_profiler();
     if (!loaded) return unexpected(fmt::format("range profiler: {}", loaded.error()));
     auto names = c_names(metrics);
     auto c = make_config(**loaded, chip, nullptr, names);
@@ -425,7 +334,7 @@ expected<metrics_pass, std::string> metrics_pass::open(CUcontext ctx, int device
                                                        std::vector<std::string> metric_names) {
   try {
     // 1. libcupti with every function of the pass (and libnvperf_host.so next to it).
-    const auto& loaded = load_api();
+    const auto& loaded = load_range_profiler();
     if (!loaded) return unexpected(fmt::format("range profiler: {}", loaded.error()));
     const rp_api& api = **loaded;
     if (metric_names.empty()) return unexpected(std::string("range profiler: no metrics to measure"));
