@@ -12,7 +12,8 @@
 ///   for (int i = 0; i < *n; ++i)
 ///     if (auto d = specgen::gpu::query_device(i)) fmt::print("{}: {} ({})\n", i, d->name, d->arch);
 /// @endcode
-/// Implemented in src/gpu/loader/ (linked through `specgen::gpu_eval`); see docs/gpu-runtime.md.
+/// Implemented in src/gpu/loader/, which `specgen::gpu_eval` and `specgen::gpu_kv` link; see
+/// docs/gpu-runtime.md.
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/plan.hpp>
