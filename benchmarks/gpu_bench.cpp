@@ -16,7 +16,7 @@
 #include "support/world.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
-#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/device_info.hpp>
 #ifdef SPECGEN_BENCH_KV
 #include <specgen/gpu/kv_store.hpp>
 #endif

@@ -3,7 +3,7 @@
 // GPUs, or saying why there are none, and writing --json.
 #include "support/cli.hpp"
 
-#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/device_info.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

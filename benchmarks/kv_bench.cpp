@@ -19,11 +19,11 @@
 #include "gpu/kv/stress.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
-#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/device_info.hpp>
 #include <specgen/policy/kv.hpp>
 #include <specgen/replay/replay_model.hpp>
 
-#include "gpu/compiler/nvrtc_loader.hpp"
+#include "gpu/loader/nvrtc.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

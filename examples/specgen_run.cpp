@@ -19,7 +19,7 @@
 #endif
 #ifdef SPECGEN_RUN_GPU
 #include <specgen/gpu/evaluation.hpp>
-#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/device_info.hpp>
 #endif
 
 #include <fmt/format.h>

@@ -30,11 +30,15 @@
 #include <specgen/evaluator.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/gpu/compiler.hpp>
-#include <specgen/gpu/runtime.hpp>
-#include <specgen/gpu/worker_host.hpp>
+#include <specgen/gpu/device_info.hpp>
+#include <specgen/json.hpp>
 #include <specgen/task.hpp>
 #include <specgen/types.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -47,6 +51,73 @@
 
 SPECGEN_BEGIN_NAMESPACE
 namespace gpu {
+
+/// Shared-memory poison words: before a checked launch the worker fills all
+/// shared memory of every SM with one of them (see
+/// `validation_config::shared_memory_poison`).
+/// All bits set: a NaN read as f32, f16 or bf16 (any width), -1 read as a
+/// signed integer of any width, the maximum as an unsigned one.
+inline constexpr std::uint32_t smem_poison_ones = 0xFFFFFFFFu;
+/// 3.39e38 read as f32 (and as bf16), a NaN as f16; 2,139,062,143 as i32: a
+/// maximum that an uninitialised value wins.
+inline constexpr std::uint32_t smem_poison_high = 0x7F7F7F7Fu;
+/// -1.69e38 read as f32 (and as bf16), a NaN as f16; -16,843,010 as i32: a
+/// minimum that an uninitialised value wins.
+inline constexpr std::uint32_t smem_poison_low = 0xFEFEFEFEu;
+/// The three together: a kernel that reduces uninitialised values with a sum,
+/// a max or a min gives a wrong answer under at least one of them.
+inline constexpr std::array<std::uint32_t, 3> smem_poison_patterns{smem_poison_ones, smem_poison_high,
+                                                                   smem_poison_low};
+
+/// How a session runs and watches its worker process (`session_config::worker`).
+/// Durations are serialised as `*_ns`.
+struct worker_config {
+  std::string program{};           ///< path of the worker executable
+  std::vector<std::string> args{}; ///< extra arguments after argv[0]
+  int device = 0;                  ///< passed to the worker as SPECGEN_WORKER_DEVICE
+  duration heartbeat_interval = std::chrono::milliseconds(100);
+  duration heartbeat_timeout = std::chrono::milliseconds(500);  ///< idle worker silent this long is replaced
+  duration startup_timeout = std::chrono::seconds(10);          ///< spawn to hello (CUDA context creation)
+  /// Shared memory (a memfd mapped by both sides) through which the worker
+  /// returns large binary parts instead of the channel: one copy instead of
+  /// several. Reserved, not allocated: pages exist once written. 0: off.
+  std::uint64_t bulk_bytes = std::uint64_t{4} << 30;
+  friend bool operator==(const worker_config&, const worker_config&) = default;
+};
+
+inline void to_json(nlohmann::json& j, const worker_config& c) {
+  j = {{"program", c.program},
+       {"args", c.args},
+       {"device", c.device},
+       {"heartbeat_interval_ns", c.heartbeat_interval.count()},
+       {"heartbeat_timeout_ns", c.heartbeat_timeout.count()},
+       {"startup_timeout_ns", c.startup_timeout.count()},
+       {"bulk_bytes", c.bulk_bytes}};
+}
+inline void from_json(const nlohmann::json& j, worker_config& c) {
+  specgen::detail::read(j, "program", c.program);
+  specgen::detail::read(j, "args", c.args);
+  specgen::detail::read(j, "device", c.device);
+  specgen::detail::read(j, "heartbeat_interval_ns", c.heartbeat_interval);
+  specgen::detail::read(j, "heartbeat_timeout_ns", c.heartbeat_timeout);
+  specgen::detail::read(j, "startup_timeout_ns", c.startup_timeout);
+  specgen::detail::read(j, "bulk_bytes", c.bulk_bytes);
+}
+
+/// A session's worker counters (`session_stats::worker`): replacements and
+/// why, since the session opened; for logs and tests.
+struct worker_stats {
+  std::uint64_t spawns = 0;           ///< successful starts, the first included
+  std::uint64_t respawns = 0;         ///< replacements after a failure
+  std::uint64_t timeouts = 0;
+  std::uint64_t crashes = 0;
+  std::uint64_t protocol_errors = 0;
+  std::uint64_t cancellations = 0;
+  std::uint64_t heartbeat_misses = 0;  ///< idle workers replaced for silence
+  double last_respawn_seconds = 0;     ///< failure detected -> new worker's hello
+  std::uint64_t bulk_bytes = 0;        ///< response bytes that came through the bulk region
+  friend bool operator==(const worker_stats&, const worker_stats&) = default;
+};
 
 /// One set of inputs a candidate is checked on, at every validation shape.
 struct validation_case {

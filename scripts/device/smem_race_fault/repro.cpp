@@ -1,6 +1,6 @@
 // A racy block reduction that faults on shared memory holding inf, NaN or huge
 // floats, outside specgen: the worker's shared-memory poison kernel (its PTX,
-// taken from src/gpu/runtime/smem_poison.cpp by run.sh), then one kernel of
+// taken from src/gpu/worker/runtime/smem_poison.cpp by run.sh), then one kernel of
 // a cubin (run.sh builds them), on one stream, as the worker's checked runs do.
 //
 //   repro KERNEL CUBIN WORDS ITERS [--rows N] [--cols D] [--no-poison] [--no-carveout] [--split]

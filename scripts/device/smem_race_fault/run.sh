@@ -12,7 +12,7 @@ cd "$work" || exit 1
 log=${OUT:+$OUT/smem-race-fault.txt}
 exec > >(tee ${log:+-a "$log"}) 2>&1
 # The poison kernel's PTX, exactly as the worker embeds it.
-sed -n '/R"(\.version/,/^)"/p' "$here/../../../src/gpu/runtime/smem_poison.cpp" | sed '1s/.*R"(//;$d' > poison.ptx
+sed -n '/R"(\.version/,/^)"/p' "$here/../../../src/gpu/worker/runtime/smem_poison.cpp" | sed '1s/.*R"(//;$d' > poison.ptx
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 nvcc -O2 -o repro "$here/repro.cpp" -lcuda || exit 1
 suite=$here/../../../tasks/suite/candidates/layernorm

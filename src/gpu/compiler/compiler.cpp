@@ -3,7 +3,7 @@
 #include "disk_cache.hpp"
 #include "hash128.hpp"
 #include "gpu/common/bounded_cache.hpp"
-#include "nvrtc_loader.hpp"
+#include "gpu/loader/nvrtc.hpp"
 #include "sandbox/helper.hpp"
 #include "thread_pool.hpp"
 

@@ -4,6 +4,7 @@
 #include "internal.hpp"
 #include "judge.hpp"
 #include "gpu/common/companion.hpp"
+#include "gpu/supervisor/worker_host.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
 

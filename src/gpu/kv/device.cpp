@@ -1,10 +1,10 @@
 // The KV store's kernels and the per-GPU plumbing shared by the store and its clients.
 #include "device.hpp"
 
-#include "gpu/compiler/nvrtc_loader.hpp"
+#include "gpu/loader/nvrtc.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
-#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/device_info.hpp>
 
 #include <fmt/format.h>
 

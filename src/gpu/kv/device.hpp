@@ -2,7 +2,7 @@
 // One GPU as the KV store and its clients drive it: the primary context, two
 // streams, the store's kernels (compiled with NVRTC for the device's own
 // architecture), a small arena for kernel arguments, and typed launches.
-#include "gpu/runtime/driver.hpp"
+#include "gpu/loader/driver.hpp"
 
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>

@@ -10,7 +10,7 @@
 #include "transfer_plan.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
-#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/device_info.hpp>
 
 #include <fmt/format.h>
 

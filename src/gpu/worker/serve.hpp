@@ -5,7 +5,7 @@
 /// The worker is single-threaded on purpose: while it runs a request it does
 /// not answer pings, and the host's per-request deadline is what catches a
 /// kernel that never returns.
-#include <specgen/gpu/protocol.hpp>
+#include "gpu/protocol/protocol.hpp"
 
 #include <fmt/format.h>
 

@@ -54,7 +54,7 @@ constexpr auto cancel_grace = std::chrono::seconds(3);
 /// where the sandbox would stop that read). CUDA_CACHE_DISABLE=1 switches
 /// NVRTC's own compile cache off from the helper's first instruction on: a
 /// compile answered from that cache has no ptxas report in its log
-/// (nvrtc_loader.cpp says more).
+/// (gpu/loader/nvrtc.cpp says more).
 char* helper_environment[] = {const_cast<char*>("CUDA_CACHE_DISABLE=1"), const_cast<char*>("LC_ALL=C"), nullptr};
 
 }  // namespace

@@ -18,7 +18,7 @@
 // The frames are described in wire.hpp; a request is {"options": [...],
 // "deadline_ms": N} and the source; a reply is {"rc": N, "error": "...",
 // "seconds": S, "cancelled": B, "denied": N}, the log and the cubin.
-#include "gpu/compiler/nvrtc_loader.hpp"
+#include "gpu/loader/nvrtc.hpp"
 #include "file_guard.h"
 #include "landlock.hpp"
 #include "wire.hpp"

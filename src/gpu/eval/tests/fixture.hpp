@@ -1,7 +1,7 @@
 #pragma once
 // Shared by the evaluator's tests: a tiny task (c = a + b) and candidates
 // whose first kernel's name scripts specgen-fake-worker's answers (see the
-// comment at the top of src/gpu/worker/fake_worker.cpp). The sources are real
+// comment at the top of src/gpu/worker/tests/fake_worker.cpp). The sources are real
 // CUDA and are compiled with NVRTC; only running them is faked.
 #include <specgen/gpu/evaluation.hpp>
 

@@ -1,7 +1,7 @@
 // Writes a C++ file of weak stand-ins for every driver entry point the
 // runtime resolves (SPECGEN_CUDA_FUNCTIONS), so that the fake driver loads
 // whatever entries are added later; fake_driver.cpp's own definitions win.
-#include "gpu/runtime/driver.hpp"
+#include "gpu/loader/driver.hpp"
 
 #include <fstream>
 

@@ -7,7 +7,7 @@
 #include "layout.hpp"
 #include "transfer_plan.hpp"
 
-#include "gpu/compiler/nvrtc_loader.hpp"
+#include "gpu/loader/nvrtc.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
 

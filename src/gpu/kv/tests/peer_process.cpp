@@ -8,7 +8,7 @@
 //       allocates BYTES on GPU DEVICE as an evaluation worker would; prints
 //       one JSON line; exit 0 when the allocation succeeded, 3 when not.
 // Exit 2: a usage or setup error (printed).
-#include "gpu/runtime/driver.hpp"
+#include "gpu/loader/driver.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
 #include <specgen/policy/kv.hpp>

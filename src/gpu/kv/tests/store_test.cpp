@@ -7,10 +7,10 @@
 #include "device.hpp"
 #include "stress.hpp"
 
-#include "gpu/compiler/nvrtc_loader.hpp"
+#include "gpu/loader/nvrtc.hpp"
 
 #include <specgen/gpu/kv_store.hpp>
-#include <specgen/gpu/runtime.hpp>
+#include <specgen/gpu/device_info.hpp>
 #include <specgen/policy/kv.hpp>
 
 #include <catch2/catch.hpp>
