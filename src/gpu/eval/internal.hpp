@@ -8,7 +8,7 @@
 #include <specgen/plan.hpp>
 #include <specgen/task_io.hpp>
 
-#include "../common/bounded_cache.hpp"
+#include "gpu/common/bounded_cache.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -2,7 +2,7 @@
 // A least-recently-used map from string keys bounded by its entry count, for
 // the worker's loaded modules: the bounded cache (gpu/common/bounded_cache.hpp)
 // with a count only. Host code, tested on any machine.
-#include "../common/bounded_cache.hpp"
+#include "gpu/common/bounded_cache.hpp"
 
 #include <cstddef>
 #include <string>
