@@ -1,4 +1,5 @@
 // The README's API example: a whole speculative search in twenty lines.
+#include <specgen/engine.hpp>
 #include <specgen/modes.hpp>
 #include <specgen/replay/replay_model.hpp>
 #include <specgen/replay/trace_gen.hpp>
