@@ -25,6 +25,7 @@
 ///
 /// @code
 ///   specgen::kernel_dedup<int, std::string> d;
+///   const std::uint64_t h = 0x5eed;  // the kernel's content hash
 ///   d.admit(h, 1);            // {evaluate, new_kernel = true}
 ///   d.admit(h, 2);            // {wait}
 ///   d.settle(h, 1, "ok");     // returns {2}: serve it "ok"

@@ -30,7 +30,9 @@ command -v ninja >/dev/null && generator=(-G Ninja)
 # (count the warnings in build.log and fix them in the tree).
 cmake -S "$repo" -B "$build" "${generator[@]}" -DSPECGEN_WERROR="${SPECGEN_WERROR:-ON}" -DCMAKE_PREFIX_PATH="$prefix/usr" \
   -DCUDAToolkit_ROOT=/usr/local/cuda > "$out/configure.log" 2>&1 || { echo "configure failed"; tail -30 "$out/configure.log"; exit 1; }
-cmake --build "$build" -j"$(nproc)" > "$out/build.log" 2>&1 || { echo "build failed"; grep -E "error|warning" "$out/build.log" | head -40; exit 1; }
+# Ninja keeps going after a failure (-k 0), so one call shows every error.
+keep=(); ((${#generator[@]})) && keep=(-- -k 0)
+cmake --build "$build" -j"$(nproc)" "${keep[@]}" > "$out/build.log" 2>&1 || { echo "build failed"; grep -E "error|warning" "$out/build.log" | sort -u | head -40; exit 1; }
 echo "build ok (warnings: $(grep -c 'warning:' "$out/build.log"))"
 rc=0
 if [[ " $* " != *" --no-tests "* ]]; then

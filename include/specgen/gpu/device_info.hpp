@@ -75,7 +75,7 @@ struct device_info {
 /// The NVRTC architecture for a compute capability: the arch-specific variant
 /// ("sm_90a", "sm_100a") where one exists, so candidates may use wgmma/TMA.
 /// @code
-///   nvrtc_arch(9, 0) == "sm_90a";  nvrtc_arch(8, 0) == "sm_80"
+///   specgen::gpu::nvrtc_arch(9, 0) == "sm_90a";  specgen::gpu::nvrtc_arch(8, 0) == "sm_80";
 /// @endcode
 [[nodiscard]] std::string nvrtc_arch(int sm_major, int sm_minor);
 
