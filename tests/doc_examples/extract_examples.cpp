@@ -10,6 +10,7 @@
 // `// namespace scope`, or whose first line starts a declaration (struct, class, template, ...),
 // is placed at namespace scope instead, in a namespace of its own. `#line` directives point every
 // diagnostic at the header's own line. A header without blocks gives an empty file.
+#include <cctype>
 #include <cstddef>
 #include <fstream>
 #include <iostream>
@@ -53,6 +54,14 @@ bool starts_declaration(const std::vector<std::string>& code) {
     return false;
   }
   return false;
+}
+
+/// A C++ name for the header (`specgen/policy/kv.hpp` -> `specgen_policy_kv_hpp`): each header's
+/// examples get a namespace of their own, so the generated files can be compiled as one (unity build).
+std::string stem_of(std::string_view name) {
+  std::string out;
+  for (char ch : name) out += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return out;
 }
 
 }  // namespace
@@ -103,7 +112,7 @@ int main(int argc, char** argv) {
   if (!blocks.empty()) {
     o << "#include <" << name << ">\n"
       << (name.starts_with("specgen/gpu/") ? "#include \"doc_prelude_gpu.hpp\"\n\n" : "#include \"doc_prelude.hpp\"\n\n")
-      << "namespace specgen::doc_examples {\n";
+      << "namespace specgen::doc_examples::" << stem_of(name) << " {\n";
     for (const auto& b : blocks) {
       o << '\n';
       if (b.namespace_scope) {
@@ -115,7 +124,7 @@ int main(int argc, char** argv) {
       for (const auto& c : b.code) o << c << '\n';
       o << (b.namespace_scope ? "}  // namespace\n" : "}\n");
     }
-    o << "\n}  // namespace specgen::doc_examples\n";
+    o << "\n}  // namespace specgen::doc_examples::" << stem_of(name) << "\n";
   }
 
   // Rewrite only on change, so an edit elsewhere in the header recompiles nothing.
