@@ -122,6 +122,13 @@ inline expected<void, error> check_known_keys(const nlohmann::json& j, std::stri
   return {};
 }
 
+/// Refuses a config key that `read_config_fields` does not read (nor `mode`).
+inline expected<void, error> check_config_keys(const nlohmann::json& j) {
+  return check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv", "budget",
+                                        "main_sampling", "fork_sampling", "max_streams", "cancel_running_at_round_end",
+                                        "extract_inline_code", "prompt"});
+}
+
 /// Reads the policy at `key` of `j`, if present, into `out` through its family's table.
 template <class Family, class Any>
 expected<void, error> read_policy(const nlohmann::json& j, const char* key, Any& out) {
@@ -145,11 +152,7 @@ inline constexpr std::array<std::string_view, 5> policy_keys{"strategy", "trigge
  */
 inline expected<void, error> read_config_fields(const nlohmann::json& j, engine_config& c) {
   if (!j.is_object()) return unexpected(error{fmt::format("config: expected a JSON object, got {}", detail::shown(j))});
-  if (auto r = detail::check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv",
-                                                      "budget", "main_sampling", "fork_sampling", "max_streams",
-                                                      "cancel_running_at_round_end", "extract_inline_code", "prompt"});
-      !r)
-    return r;
+  if (auto r = detail::check_config_keys(j); !r) return r;
   using namespace detail;
   // A plain value of the config: read against its range, errors naming the key.
   auto value = [&](const char* key, auto& out, const auto&... r) -> expected<void, error> {
@@ -158,12 +161,12 @@ inline expected<void, error> read_config_fields(const nlohmann::json& j, engine_
     return {};
   };
   if (auto r = value("seed", c.seed); !r) return r;
-  for (auto r : {read_policy<policy::strategy_family>(j, "strategy", c.strategy),
-                 read_policy<policy::trigger_family>(j, "trigger", c.trigger),
-                 read_policy<policy::termination_family>(j, "termination", c.termination),
-                 read_policy<policy::pool_family>(j, "pool", c.pool), read_policy<policy::kv_family>(j, "kv", c.kv),
-                 read_policy<policy::prompt_family>(j, "prompt", c.prompt)})
-    if (!r) return r;
+  if (auto r = read_policy<policy::strategy_family>(j, "strategy", c.strategy); !r) return r;
+  if (auto r = read_policy<policy::trigger_family>(j, "trigger", c.trigger); !r) return r;
+  if (auto r = read_policy<policy::termination_family>(j, "termination", c.termination); !r) return r;
+  if (auto r = read_policy<policy::pool_family>(j, "pool", c.pool); !r) return r;
+  if (auto r = read_policy<policy::kv_family>(j, "kv", c.kv); !r) return r;
+  if (auto r = read_policy<policy::prompt_family>(j, "prompt", c.prompt); !r) return r;
   if (j.contains("budget")) {
     auto b = budget_from_json(j["budget"]);
     if (!b) return unexpected(error{fmt::format("config: budget: {}", b.error().message)});

@@ -149,11 +149,8 @@ namespace detail {
 inline expected<engine_config, error> config_from(const nlohmann::json& j, std::optional<std::string_view> mode,
                                                   const mode_options& o) {
   if (!j.is_object()) return unexpected(error{fmt::format("config: expected a JSON object, got {}", shown(j))});
-  if (auto r = check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv", "budget",
-                                              "main_sampling", "fork_sampling", "max_streams",
-                                              "cancel_running_at_round_end", "extract_inline_code", "prompt"});
-      !r)
-    return unexpected(r.error());
+  // Unknown keys first, as before the mode is looked at.
+  if (auto r = check_config_keys(j); !r) return unexpected(r.error());
   auto fail = [](std::string_view key, const error& e) { return unexpected(error{fmt::format("config: {}: {}", key, e.message)}); };
   std::string start = "specgen";
   if (mode) {

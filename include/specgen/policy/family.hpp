@@ -79,14 +79,17 @@ enum class ownership : std::uint8_t {
   cloned,  ///< the policy keeps state; a copy clones it
 };
 
-/// A policy's parameter aggregate: the policy itself when it lists its fields,
-/// else what its `get_params()` returns (nullptr for a policy without either).
+/// A policy with parameters: it lists its own fields, or `get_params()` returns an aggregate that does.
 template <class T>
-const auto* params_of(const T& t) noexcept {
-  if constexpr (detail::has_fields<T>) return &t;
-  else if constexpr (requires { requires detail::has_fields<std::remove_cvref_t<decltype(t.get_params())>>; })
-    return &t.get_params();
-  else return static_cast<const void*>(nullptr);
+concept with_params = detail::has_fields<T> || requires(const T& t) {
+  requires detail::has_fields<std::remove_cvref_t<decltype(t.get_params())>>;
+};
+
+/// A policy's parameter aggregate: the policy itself when it lists its fields, else `get_params()`.
+template <with_params T>
+const auto& params_of(const T& t) noexcept {
+  if constexpr (detail::has_fields<T>) return t;
+  else return t.get_params();
 }
 
 /// The JSON config that `make<Family>` rebuilds `t` from: the only serialiser
@@ -97,8 +100,8 @@ template <class T>
 nlohmann::json config_of(const T& t) {
   if constexpr (requires { { t.config() } -> std::convertible_to<nlohmann::json>; }) {
     return t.config();
-  } else if constexpr (!std::is_same_v<decltype(params_of(t)), const void*>) {
-    return nlohmann::json{{std::string(t.name()), detail::write_fields(*params_of(t))}};
+  } else if constexpr (with_params<T>) {
+    return nlohmann::json{{std::string(t.name()), detail::write_fields(params_of(t))}};
   } else {
     return nlohmann::json{{"custom", std::string(t.name())}};
   }
@@ -150,8 +153,7 @@ class basic_any {
 
   template <class T>
   explicit basic_any(T t) {
-    if constexpr (!std::is_same_v<decltype(params_of(t)), const void*>)
-      detail::require_valid(*params_of(t), std::string(t.name()));
+    if constexpr (with_params<T>) detail::require_valid(params_of(t), std::string(t.name()));
     if constexpr (Own == ownership::shared) self_ = std::make_shared<const model<T>>(std::move(t));
     else self_ = std::make_unique<model<T>>(std::move(t));
   }
@@ -203,25 +205,29 @@ struct builder {
 }  // namespace policy
 
 namespace detail {
-/// The parameter aggregate of policy `T`: `T` itself, or what `get_params()` returns.
-template <class T>
-struct params_type {
-  using type = T;
-};
-template <class T>
-  requires requires(const T& t) { t.get_params(); }
-struct params_type<T> {
-  using type = std::remove_cvref_t<decltype(std::declval<const T&>().get_params())>;
-};
+/// A config body that sets parameters (not null, not `{}`).
+inline bool has_params(const nlohmann::json& body) { return !body.is_null() && !(body.is_object() && body.empty()); }
+
+/// The error of a kind without parameters whose config sets some.
+inline expected<void, error> refuse_params(const nlohmann::json& body, const std::string& what) {
+  if (!has_params(body)) return {};
+  return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, shown(body))});
+}
+
+/// How many fields aggregate `P` lists.
+template <class P>
+int field_count() {
+  int n = 0;
+  P probe{};
+  P::fields(probe, [&](const char*, auto&, auto&&...) { ++n; });
+  return n;
+}
 
 template <class Any, class T>
 expected<Any, error> build_from_params(const nlohmann::json& body, const std::string& what, int) {
-  using P = typename params_type<T>::type;
-  int fields = 0;
-  P probe{};
-  P::fields(probe, [&](const char*, auto&, auto&&...) { ++fields; });
-  if (fields == 0 && !body.is_null() && !(body.is_object() && body.empty()))
-    return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, shown(body))});
+  using P = std::remove_cvref_t<decltype(policy::params_of(std::declval<const T&>()))>;
+  if (field_count<P>() == 0)
+    if (auto none = refuse_params(body, what); !none) return unexpected(none.error());
   return read_fields<P>(body, what).transform([](P p) {
     if constexpr (std::is_same_v<P, T>) return Any(std::move(p));
     else return Any(T{std::move(p)});
@@ -243,9 +249,7 @@ constexpr builder<Any> from_params(std::string_view kind) {
 template <class Any, auto Make>
 constexpr builder<Any> without_params(std::string_view kind) {
   return {kind, [](const nlohmann::json& body, const std::string& what, int) -> expected<Any, error> {
-            if (!body.is_null() && !(body.is_object() && body.empty()))
-              return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, detail::shown(body))});
-            return Any(Make());
+            return detail::refuse_params(body, what).transform([] { return Any(Make()); });
           }};
 }
 
