@@ -141,7 +141,7 @@ gpu::session_config session_for(int device, const std::string& cache_dir) {
 
 std::unique_ptr<gpu::device_session> open_session(const gpu::session_config& c) {
   auto s = gpu::device_session::open(c);
-  if (!s) throw std::runtime_error(fmt::format("cannot open a session on GPU {}: {}", c.device, s.error().message));
+  if (!s) throw std::runtime_error(fmt::format("cannot open a session on GPU {}: {}", c.device, s.error().what()));
   return std::move(*s);
 }
 
@@ -291,7 +291,7 @@ int bench_latency(const programs::options& a) {
     const auto t0 = steady::now();
     auto evals = gpu::evaluate_batch(pool, t, cs);
     batch_seconds += since(t0);
-    if (!evals) throw std::runtime_error(fmt::format("evaluate_batch: {}", evals.error().message));
+    if (!evals) throw std::runtime_error(fmt::format("evaluate_batch: {}", evals.error().what()));
     batch_candidates += cs.size();
   }
   const double batch_rate = static_cast<double>(batch_candidates) / batch_seconds;
@@ -764,7 +764,7 @@ int bench_e2e_live(const programs::options& a) {
   std::optional<programs::out_dir_lock> journal_lock;
   if (a.has("journal-dir")) {
     auto lock = programs::out_dir_lock::acquire(a.get("journal-dir"));
-    if (!lock) throw std::invalid_argument(lock.error().message);
+    if (!lock) throw std::invalid_argument(lock.error().what());
     journal_lock.emplace(std::move(*lock));
   }
   const std::filesystem::path dir = a.has("corpus") ? std::filesystem::path(a.get("corpus")) : programs::default_suite_dir();
@@ -885,7 +885,7 @@ int bench_e2e_live(const programs::options& a) {
   for (const auto& mode : chosen) {
     auto config = [&] {
       auto cfg = mode_config(mode);
-      if (!cfg) throw std::invalid_argument(cfg.error().message);
+      if (!cfg) throw std::invalid_argument(cfg.error().what());
       cfg->budget = {.max_rounds = rounds, .max_seconds = max_seconds, .target_speedup = target};
 #ifdef SPECGEN_BENCH_KV
       if (live_kv && cfg->kv.name() != "no_kv") cfg->kv = gpu::make_gpu_kv(live_kv, kv_model{});
@@ -897,7 +897,7 @@ int bench_e2e_live(const programs::options& a) {
     o.sim.devices = *gpus;
     if (a.has("kv")) o.replay.server_prefix_hit = kv_prefix_hit;  // the virtual run as the live one
     auto v = run_virtual(config(), rp, o);
-    if (!v) throw std::runtime_error(fmt::format("{} (virtual): {}", mode, v.error().message));
+    if (!v) throw std::runtime_error(fmt::format("{} (virtual): {}", mode, v.error().what()));
     out["virtual"][mode] = summary(*v);
     runs["virtual"][mode] = *v;
     if (standin)
@@ -906,7 +906,7 @@ int bench_e2e_live(const programs::options& a) {
         auto bp = rp;
         bp.slowdown_per_sequence = slowdown;
         auto b = run_virtual(config(), bp, o);
-        if (!b) throw std::runtime_error(fmt::format("{} (virtual, contention {}): {}", mode, name, b.error().message));
+        if (!b) throw std::runtime_error(fmt::format("{} (virtual, contention {}): {}", mode, name, b.error().what()));
         out["virtual_band"][std::string(name)][mode] = summary(*b);
         runs["virtual " + std::string(name)][mode] = *b;
       }
@@ -920,13 +920,13 @@ int bench_e2e_live(const programs::options& a) {
 #ifdef SPECGEN_BENCH_KV
     if (kv_gpu) {
       auto s = gpu::kv_store::create({.block_bytes = kv_model{}.bytes_per_block()});
-      if (!s) throw std::runtime_error(fmt::format("cannot create the GPU KV store: {}", s.error().message));
+      if (!s) throw std::runtime_error(fmt::format("cannot create the GPU KV store: {}", s.error().what()));
       live_kv = *s;
       pc.before_job = [s = *s](int device, std::uint64_t bytes) { s->make_room(device, bytes); };
     }
 #endif
     auto pool = gpu::gpu_pool::create(loop, pc);
-    if (!pool) throw std::runtime_error(fmt::format("cannot start the GPU pool: {}", pool.error().message));
+    if (!pool) throw std::runtime_error(fmt::format("cannot start the GPU pool: {}", pool.error().what()));
     // --journal-dir: each live mode's journal (every candidate, verdict, fork
     // and termination with its time), to see afterwards where a mode's time went.
     std::unique_ptr<journal_writer> journal;
@@ -956,7 +956,7 @@ int bench_e2e_live(const programs::options& a) {
       oc.base_url = server.base_url();
       oc.model = so.model;
       auto served = openai::openai_backend::create(loop, oc);
-      if (!served) throw std::runtime_error(fmt::format("cannot reach the stand-in server: {}", served.error().message));
+      if (!served) throw std::runtime_error(fmt::format("cannot reach the stand-in server: {}", served.error().what()));
       fork_timer<openai::openai_backend> timed(**served);
       r = run_live(timed);
       // From the chunk that fired a trigger reaching the library to the fork request's first byte at the server.

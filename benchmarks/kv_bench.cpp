@@ -48,7 +48,7 @@ std::optional<int> store_gpus_or_explain() {
   const auto n = gpus_or_explain();
   if (!n) return n;
   if (const auto& nv = gpu::detail::load_nvrtc(); !nv) {
-    fmt::print("no GPU: {}\n", nv.error().message);
+    fmt::print("no GPU: {}\n", nv.error().what());
     return std::nullopt;
   }
   return n;
@@ -156,7 +156,7 @@ std::shared_ptr<gpu::kv_store> store_for(const route& r, std::size_t bb, std::ui
                                   .peer_to_peer = r.peer,
                                   .verify = verify,
                                   .pressure_hold_seconds = 0});
-  if (!s) throw std::runtime_error(s.error().message);
+  if (!s) throw std::runtime_error(s.error().what());
   return *s;
 }
 
@@ -229,7 +229,7 @@ int bench_bandwidth(const programs::options& a) {
       if (most == 0) continue;
       auto store = store_for(r, bb, most * bb, chunk, a.has("verify"));
       const auto keys = kd::stress_chain(1, static_cast<int>(most));
-      if (auto ok = store->put_synthetic(keys); !ok) throw std::runtime_error(ok.error().message);
+      if (auto ok = store->put_synthetic(keys); !ok) throw std::runtime_error(ok.error().what());
       if (store->resident(keys) != keys.size()) throw std::runtime_error(fmt::format("{}: the store kept only {} of {} blocks", r.name, store->resident(keys), keys.size()));
       kd::stress_buffer dst(api(), r.dest, most * bb);
       raw_stream src(r.holder), to(r.dest);
@@ -242,7 +242,7 @@ int bench_bandwidth(const programs::options& a) {
         gpu::kv_transfer last;
         const double batched = median_seconds(reps, [&] {
           auto t = store->fetch_to(part, r.dest, dst.address());
-          if (!t) throw std::runtime_error(fmt::format("{}: {}", r.name, t.error().message));
+          if (!t) throw std::runtime_error(fmt::format("{}: {}", r.name, t.error().what()));
           last = *t;
           return to_seconds(t->time);
         });
@@ -291,12 +291,12 @@ int bench_prefix(const programs::options& a) {
   for (const auto& r : routes_for(*n, ga, gb)) {
     if (r.host_tier) continue;  // the prefix's tier is a GPU; kv-bandwidth measures the host tier
     auto store = store_for(r, model.bytes_per_block(), bytes, a.number<std::uint64_t>("chunk-mib", 256) << 20, a.has("verify"));
-    if (auto ok = store->put_synthetic(keys); !ok) throw std::runtime_error(ok.error().message);
+    if (auto ok = store->put_synthetic(keys); !ok) throw std::runtime_error(ok.error().what());
     kd::stress_buffer dst(api(), r.dest, bytes);
     gpu::kv_transfer last;
     const double s = median_seconds(reps, [&] {
       auto t = store->fetch_to(keys, r.dest, dst.address());
-      if (!t) throw std::runtime_error(fmt::format("{}: {}", r.name, t.error().message));
+      if (!t) throw std::runtime_error(fmt::format("{}: {}", r.name, t.error().what()));
       last = *t;
       return to_seconds(t->time);
     });
@@ -351,7 +351,7 @@ int bench_stress(const programs::options& a) {
                                       .peer_to_peer = true,
                                       .verify = true,
                                       .pressure_hold_seconds = 0.01});
-  if (!store) throw std::runtime_error(store.error().message);
+  if (!store) throw std::runtime_error(store.error().what());
   const kd::stress_config c{.threads = a.number<int>("threads", 4),
                             .iterations = a.number<int>("iterations", 2000),
                             .families = 8,

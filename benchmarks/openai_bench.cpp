@@ -75,7 +75,7 @@ class driver final : public stream_sink {
       r.system = "You write CUDA kernels.";
       r.prompt = fmt::format("Stream {}: write a fast softmax.", i);
       auto id = model_.start_reasoning(r, *this);
-      if (!id) throw std::runtime_error(id.error().message);
+      if (!id) throw std::runtime_error(id.error().what());
       main_[*id] = stream{.fork_at = forks ? static_cast<std::uint64_t>(tokens / 4 + (i * 37) % std::max(tokens / 2, 1)) : 0,
                           .fork_every = static_cast<std::uint64_t>(fork_every)};
       ++open_;
@@ -107,7 +107,7 @@ class driver final : public stream_sink {
       f.samples = samples_;
       const auto t = sc::now();
       auto id = model_.fork(f, *this);
-      if (!id) throw std::runtime_error(id.error().message);
+      if (!id) throw std::runtime_error(id.error().what());
       fork_trigger_[*id] = t;
       open_ += samples_;
     }
@@ -149,7 +149,7 @@ phase_result run_phase(int streams, double rate, int tokens, bool forks, int sam
   cfg.model = so.model;
   cfg.max_streams = streams * 2 + 8;
   auto model = openai::openai_backend::create(loop, cfg);
-  if (!model) throw std::runtime_error(model.error().message);
+  if (!model) throw std::runtime_error(model.error().what());
 
   driver d(loop, **model, rate, samples);
   const double io0 = (*model)->stats().io_cpu_seconds;

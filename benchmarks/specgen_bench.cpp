@@ -225,7 +225,7 @@ int bench_e2e(const programs::options& a) {
   std::optional<replay::corpus> loaded;
   if (cc.dir) {
     auto c = programs::load_or_generate(cc);
-    if (!c) throw std::invalid_argument(c.error().message);
+    if (!c) throw std::invalid_argument(c.error().what());
     loaded = std::move(*c);
   }
   // The equal-time runs generate 3x the rounds: --rounds stays within a corpus's limit.
@@ -262,7 +262,7 @@ int bench_e2e(const programs::options& a) {
   auto run_one = [&](const replay::corpus& corpus, const std::string& mode, std::uint64_t seed, search_budget budget,
                      bool equal_time_run = false) {
     auto cfg = mode_config(mode);
-    if (!cfg) throw std::invalid_argument(cfg.error().message);
+    if (!cfg) throw std::invalid_argument(cfg.error().what());
     cfg->seed = seed;
     cfg->budget = budget;
     o.sim.seed = seed;
@@ -274,14 +274,14 @@ int bench_e2e(const programs::options& a) {
     }
     const auto w0 = std::chrono::steady_clock::now();
     auto r = programs::run_corpus<virtual_clock>(corpus, std::move(*cfg), o);
-    if (!r) throw std::runtime_error(fmt::format("mode {}: {}", mode, r.error().message));
+    if (!r) throw std::runtime_error(fmt::format("mode {}: {}", mode, r.error().what()));
     acc[mode].wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     return std::move(*r);
   };
   for (int k = 0; k < seeds; ++k) {
     cc.seed = corpus_seed + static_cast<std::uint64_t>(k);
     auto corpus = loaded ? expected<replay::corpus, error>(*loaded) : programs::load_or_generate(cc);
-    if (!corpus) throw std::invalid_argument(corpus.error().message);
+    if (!corpus) throw std::invalid_argument(corpus.error().what());
     tasks_total += static_cast<int>(corpus->tasks.size());
     const std::uint64_t seed = run_seed + static_cast<std::uint64_t>(k);
     double sequential_e2e = 0;
@@ -404,7 +404,7 @@ int bench_engine(const programs::options& a) {
   cc.seed = a.number<std::uint64_t>("seed", 1);
   const auto g0 = std::chrono::steady_clock::now();
   auto corpus = programs::load_or_generate(cc);
-  if (!corpus) throw std::invalid_argument(corpus.error().message);
+  if (!corpus) throw std::invalid_argument(corpus.error().what());
   const double gen_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - g0).count();
 
   auto cfg = mode_config("specgen");
@@ -413,7 +413,7 @@ int bench_engine(const programs::options& a) {
   o.sim.devices = 8;
   const auto w0 = std::chrono::steady_clock::now();
   auto r = programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);
-  if (!r) throw std::runtime_error(r.error().message);
+  if (!r) throw std::runtime_error(r.error().what());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   int rounds = 0;
   for (const auto& s : r->searches) rounds += s.rounds;

@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   });
   if (!evals) {
-    fmt::print(stderr, "specgen-autotune: {}\n", evals.error().message);
+    fmt::print(stderr, "specgen-autotune: {}\n", evals.error().what());
     return 1;
   }
 

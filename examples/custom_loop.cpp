@@ -70,8 +70,8 @@ int main() {
   const task t = parse_task(j, "<embedded>").value();
   auto session = gpu::device_session::open({.device = 0});
   if (!session) {  // "no GPU: <reason>" on a machine without one: nothing went wrong
-    fmt::print("would try {} variants of {}\n{}\n", variants.size(), t.name, session.error().message);
-    return session.error().message.starts_with("no GPU") ? 0 : 1;
+    fmt::print("would try {} variants of {}\n{}\n", variants.size(), t.name, session.error().what());
+    return session.error().what().starts_with("no GPU") ? 0 : 1;
   }
   gpu::device_session& gpu = **session;
   fmt::print("{} ({}), task {}\n", gpu.device().name, gpu.device().arch, t.name);

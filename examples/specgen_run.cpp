@@ -162,7 +162,7 @@ void print_progress(const std::vector<search_progress>& ps, double now_s, int ro
 /// comments allowed).
 nlohmann::json read_config_file(const programs::options& a, const std::string& flag) {
   auto j = detail::read_json_file(a.get(flag), detail::file_kinds::config);
-  if (!j) throw std::invalid_argument(fmt::format("--{}: {}", flag, j.error().message));
+  if (!j) throw std::invalid_argument(fmt::format("--{}: {}", flag, j.error().what()));
   if (!j->is_object())
     throw std::invalid_argument(fmt::format("--{}: {}: must be a JSON object {{...}}, got {}", flag, a.get(flag), j->type_name()));
   return std::move(*j);
@@ -178,7 +178,7 @@ openai::openai_config openai_config_from(const programs::options& a) {
   for (const auto& [flag, key] : flags)
     if (a.has(flag)) j[key] = a.get(flag);
   auto c = openai::config_from_json(j);
-  if (!c) throw std::invalid_argument(c.error().message);
+  if (!c) throw std::invalid_argument(c.error().what());
   return *c;
 }
 
@@ -331,7 +331,7 @@ gpu::pool_config pool_config_from(const programs::options& a, const run_plan& p)
 std::unique_ptr<gpu::gpu_pool> start_pool(event_loop<steady_clock>& loop, gpu::pool_config pc, const run_plan& p) {
   const std::string worker = pc.session.worker_program;
   auto pool = gpu::gpu_pool::create(loop, std::move(pc));
-  if (!pool) throw std::runtime_error(fmt::format("cannot start the GPU pool: {}", pool.error().message));
+  if (!pool) throw std::runtime_error(fmt::format("cannot start the GPU pool: {}", pool.error().what()));
   std::string names;
   for (int i = 0; i < (*pool)->devices(); ++i)
     names += fmt::format("{}{} ({})", i ? ", " : "", (*pool)->device(i).index, (*pool)->device(i).name);
@@ -366,7 +366,7 @@ int run(int argc, char** argv) {
   auto cfg = a.has("mode") ? config_with_mode(cj, a.get("mode")) : config_from_json(cj);
   if (!cfg)
     throw std::invalid_argument(fmt::format("{}{}{}", a.has("config") ? a.get("config") + ": " : "",
-                                            a.has("mode") && a.has("config") ? "--mode: " : "", cfg.error().message));
+                                            a.has("mode") && a.has("config") ? "--mode: " : "", cfg.error().what()));
   if (a.has("mode")) cj["mode"] = a.get("mode");
   if (a.has("target")) cfg->budget.target_speedup = a.number<double>("target", 0, limits::target_speedup);
 
@@ -384,7 +384,7 @@ int run(int argc, char** argv) {
   else if (!rounds_given) cfg->budget.max_rounds = 10;
   cc.params.rounds = std::max(cc.params.rounds, cfg->budget.max_rounds);
   auto corpus = programs::load_or_generate(cc);
-  if (!corpus) throw std::invalid_argument(corpus.error().message);
+  if (!corpus) throw std::invalid_argument(corpus.error().what());
   if (cc.dir && !cc.tasks_only && !rounds_given) cfg->budget.max_rounds = std::max(1, programs::recorded_rounds(*corpus));
   check_build(plan);
 
@@ -428,7 +428,7 @@ int run(int argc, char** argv) {
   std::optional<programs::out_dir_lock> out_lock;
   if (!check) {
     auto lock = programs::out_dir_lock::acquire(out);
-    if (!lock) throw std::invalid_argument(lock.error().message);
+    if (!lock) throw std::invalid_argument(lock.error().what());
     out_lock.emplace(std::move(*lock));
     o.journal = out / "journal.jsonl";
     o.resume = a.has("resume");
@@ -457,7 +457,7 @@ int run(int argc, char** argv) {
     std::unique_ptr<openai::openai_backend> server;
     if (plan.openai) {
       auto created = openai::openai_backend::create(loop, *openai_cfg);
-      if (!created) throw std::runtime_error(created.error().message);
+      if (!created) throw std::runtime_error(created.error().what());
       server = std::move(*created);
       print_server(server->server(), server->config());
     }
@@ -509,7 +509,7 @@ int run(int argc, char** argv) {
     // The journal is complete (the run has ended): the report reads it as specgen-report would.
     const fs::path page = out / "report.html";
     auto runs = load_report_runs(out);
-    if (!runs) throw std::runtime_error(fmt::format("the report: {}", runs.error().message));
+    if (!runs) throw std::runtime_error(fmt::format("the report: {}", runs.error().what()));
     std::ofstream f(page, std::ios::binary);
     f << render_report(*runs);
     if (!f) throw std::runtime_error(fmt::format("cannot write {}", page.string()));

@@ -26,7 +26,7 @@ namespace specgen::programs {
  *
  * @code
  *   auto lock = specgen::programs::out_dir_lock::acquire(out);  // creates `out` if needed
- *   if (!lock) { fmt::print(stderr, "{}\n", lock.error().message); return 2; }
+ *   if (!lock) { fmt::print(stderr, "{}\n", lock.error().what()); return 2; }
  * @endcode
  */
 class out_dir_lock {

@@ -152,7 +152,8 @@ struct run_error {
   };
   std::string message;
   kind why = kind::failed;
-  run_error(error e, kind k = kind::failed) : message(std::move(e.message)), why(k) {}  // NOLINT: every error converts
+  run_error(const error& e, kind k = kind::failed) : message(e.what()), why(k) {}  // NOLINT: every error converts
+  [[nodiscard]] const std::string& what() const noexcept { return message; }
 };
 
 /// How to run one configuration on a corpus.
@@ -197,7 +198,7 @@ expected<run_result, run_error> run_corpus_on(event_loop<Clock>& loop, Backend& 
   if (journal) eng.identify_corpus(corpus_fingerprint(c));
   if (previous)
     if (auto resumed = eng.resume(*previous); !resumed)
-      return unexpected(run_error(error{fmt::format("cannot resume from {}: {}", o.journal->string(), resumed.error().message)},
+      return unexpected(run_error(error{fmt::format("cannot resume from {}: {}", o.journal->string(), resumed.error().what())},
                                   run_error::kind::other_run));
   if (o.progress)
     eng.on_progress([&](const std::vector<search_progress>& p) { o.progress(p, to_seconds(loop.now())); }, o.progress_every);

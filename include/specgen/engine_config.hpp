@@ -105,26 +105,23 @@ inline nlohmann::json to_json(const engine_config& c) {
 /// "target_speedup": 1.5, "stop_at_target": false}`. Each field has a range
 /// (docs/policies.md): max_rounds 1..10,000; max_seconds 0 (none) or up to
 /// 10^7 s; target_speedup 0 (none) or 0.001..1000.
-inline expected<search_budget, error> budget_from_json(const nlohmann::json& j) {
-  if (!j.is_object()) return unexpected(error{"budget: expected an object"});
-  return detail::read_fields<search_budget>(j, "budget");
+/// `pointer` is where the budget sits in its document ("/budget" in an engine config).
+inline expected<search_budget, error> budget_from_json(const nlohmann::json& j, std::string_view pointer = "") {
+  if (!j.is_object()) return unexpected(detail::must_be(pointer, "an object", j));
+  return detail::read_fields<search_budget>(j, pointer);
 }
 
 namespace detail {
-inline expected<void, error> check_known_keys(const nlohmann::json& j, std::string_view where,
+/// Refuses the first key of object `j` (at `pointer`) outside `known`.
+inline expected<void, error> check_known_keys(const nlohmann::json& j, std::string_view pointer,
                                               std::initializer_list<std::string_view> known) {
-  for (const auto& [k, _] : j.items())
-    if (std::find(known.begin(), known.end(), k) == known.end()) {
-      std::string list;
-      for (auto n : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
-      return unexpected(error{fmt::format("{}: unknown key '{}' (known: {})", where, k, list)});
-    }
+  if (auto k = unknown_key(j, known)) return unexpected(json_error("", fmt::format("{}/{}", pointer, pointer_token(*k)), unknown_key_problem(*k, known)));
   return {};
 }
 
 /// Refuses a config key that `read_config_fields` does not read (nor `mode`).
 inline expected<void, error> check_config_keys(const nlohmann::json& j) {
-  return check_known_keys(j, "config", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv", "budget",
+  return check_known_keys(j, "", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv", "budget",
                                         "main_sampling", "fork_sampling", "max_streams", "cancel_running_at_round_end",
                                         "extract_inline_code", "prompt"});
 }
@@ -133,9 +130,7 @@ inline expected<void, error> check_config_keys(const nlohmann::json& j) {
 template <class Family, class Any>
 expected<void, error> read_policy(const nlohmann::json& j, const char* key, Any& out) {
   if (!j.contains(key)) return {};
-  return policy::make<Family>(j[key])
-      .transform([&](Any p) { out = std::move(p); })
-      .transform_error([&](const error& e) { return error{fmt::format("config: {}: {}", key, e.message)}; });
+  return policy::make<Family>(j[key], fmt::format("/{}", key)).transform([&](Any p) { out = std::move(p); });
 }
 }  // namespace detail
 
@@ -147,18 +142,18 @@ inline constexpr std::array<std::string_view, 5> policy_keys{"strategy", "trigge
  * `termination`, `pool`, `kv`, `prompt`, `budget`, `main_sampling`,
  * `fork_sampling`, `max_streams`, `cancel_running_at_round_end`,
  * `extract_inline_code`; absent keys keep `c`'s values. `mode` is accepted
- * and left to the caller (modes.hpp); any other key is an error. Every error
- * names the key; after an error `c` may be partly updated.
+ * and left to the caller (modes.hpp); any other key is an error. Every
+ * error's `where` is the JSON pointer of the value at fault
+ * (`/pool/elastic/interval_s`); after an error `c` may be partly updated.
  */
 inline expected<void, error> read_config_fields(const nlohmann::json& j, engine_config& c) {
-  if (!j.is_object()) return unexpected(error{fmt::format("config: expected a JSON object, got {}", detail::shown(j))});
+  if (!j.is_object()) return unexpected(detail::must_be("", "a JSON object", j));
   if (auto r = detail::check_config_keys(j); !r) return r;
   using namespace detail;
-  // A plain value of the config: read against its range, errors naming the key.
+  // A plain value of the config, read against its range.
   auto value = [&](const char* key, auto& out, const auto&... r) -> expected<void, error> {
     if (!j.contains(key)) return {};
-    if (auto why = read_value(j[key], out, fmt::format("config: {}", key), r...); !why.empty()) return unexpected(error{why});
-    return {};
+    return read_value(j[key], out, fmt::format("/{}", key), r...);
   };
   if (auto r = value("seed", c.seed); !r) return r;
   if (auto r = read_policy<policy::strategy_family>(j, "strategy", c.strategy); !r) return r;
@@ -168,15 +163,15 @@ inline expected<void, error> read_config_fields(const nlohmann::json& j, engine_
   if (auto r = read_policy<policy::kv_family>(j, "kv", c.kv); !r) return r;
   if (auto r = read_policy<policy::prompt_family>(j, "prompt", c.prompt); !r) return r;
   if (j.contains("budget")) {
-    auto b = budget_from_json(j["budget"]);
-    if (!b) return unexpected(error{fmt::format("config: budget: {}", b.error().message)});
+    auto b = budget_from_json(j["budget"], "/budget");
+    if (!b) return unexpected(std::move(b.error()));
     c.budget = *b;
   }
   // 0: the backend's own limit on concurrent streams.
   if (auto r = value("max_streams", c.max_streams, in_or_zero(1, 65'536, "the backend's limit")); !r) return r;
   for (auto [key, target] : {std::pair{"main_sampling", &c.main_sampling}, std::pair{"fork_sampling", &c.fork_sampling}}) {
     if (!j.contains(key)) continue;
-    auto s = read_fields<sampling>(j[key], fmt::format("config: {}", key), *target);
+    auto s = read_fields<sampling>(j[key], fmt::format("/{}", key), *target);
     if (!s) return unexpected(s.error());
     *target = *s;
   }

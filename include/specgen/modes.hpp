@@ -106,7 +106,9 @@ inline expected<engine_config, error> config_from(const nlohmann::json& j, std::
 /// "specgen"), then any of `seed`, `strategy`, `trigger`, `termination`,
 /// `pool`, `kv`, `budget`, `main_sampling`, `fork_sampling`, `max_streams`,
 /// `cancel_running_at_round_end`, `extract_inline_code` overriding it. Every
-/// error names the key.
+/// error's `where` is the JSON pointer of the value at fault, and `what()`
+/// reads like `/trigger/any_of/1/fence_closed/samples: must be an integer in
+/// [1, 64], got 0`; a caller that read the config from a file sets `file`.
 inline expected<engine_config, error> config_from_json(const nlohmann::json& j, const mode_options& o = {}) {
   return detail::config_from(j, std::nullopt, o);
 }
@@ -148,19 +150,18 @@ namespace detail {
 
 inline expected<engine_config, error> config_from(const nlohmann::json& j, std::optional<std::string_view> mode,
                                                   const mode_options& o) {
-  if (!j.is_object()) return unexpected(error{fmt::format("config: expected a JSON object, got {}", shown(j))});
+  if (!j.is_object()) return unexpected(must_be("", "a JSON object", j));
   // Unknown keys first, as before the mode is looked at.
   if (auto r = check_config_keys(j); !r) return unexpected(r.error());
-  auto fail = [](std::string_view key, const error& e) { return unexpected(error{fmt::format("config: {}: {}", key, e.message)}); };
   std::string start = "specgen";
   if (mode) {
     start = std::string(*mode);
   } else if (j.contains("mode")) {
-    if (!j["mode"].is_string()) return fail("mode", {fmt::format("expected a mode name, got {}", shown(j["mode"]))});
+    if (!j["mode"].is_string()) return unexpected(must_be("/mode", "a mode name", j["mode"]));
     start = j["mode"].get<std::string>();
   }
   auto base = mode_config(start, o);
-  if (!base) return unexpected(error{"config: mode: " + base.error().message});
+  if (!base) return unexpected(json_error("", "/mode", base.error().message));
   engine_config c = std::move(*base);
   if (auto r = read_config_fields(j, c); !r) return unexpected(r.error());
   return c;

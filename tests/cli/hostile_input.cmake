@@ -39,13 +39,13 @@ endfunction()
 hostile_config_refused(any_of_100000 "any_of_100000.json: arrays and objects are nested more than 64 levels deep")
 hostile_config_refused(any_of_20 "any_of is nested more than 16 levels deep; flatten")
 # 1e10 s overflowed the deadline: every search ended at t = 0, with exit status 0.
-hostile_config_refused(max_seconds_1e10 "budget.max_seconds: must be a number in \\[0.001, 10000000\\], or 0 for none")
+hostile_config_refused(max_seconds_1e10 "/budget/max_seconds: must be a number in \\[0.001, 10000000\\], or 0 for none")
 # Sizes of 10^6 to 2^31 ended in std::bad_alloc.
-hostile_config_refused(seeds_1e6 "strategy parallel.seeds: must be an integer in \\[1, 256\\], got 1000000")
-hostile_config_refused(samples_2e9 "fence_closed.samples: must be an integer in \\[1, 64\\]")
-hostile_config_refused(population_1e9 "evolve.population: must be an integer in \\[1, 100000\\]")
+hostile_config_refused(seeds_1e6 "/strategy/parallel/seeds: must be an integer in \\[1, 256\\], got 1000000")
+hostile_config_refused(samples_2e9 "/trigger/fence_closed/samples: must be an integer in \\[1, 64\\]")
+hostile_config_refused(population_1e9 "/strategy/evolve/population: must be an integer in \\[1, 100000\\]")
 # An epoch of a nanosecond never let the run end.
-hostile_config_refused(interval_1e-9 "pool elastic.interval_s: must be a number in \\[0.1, 86400\\], or 0 for never")
+hostile_config_refused(interval_1e-9 "/pool/elastic/interval_s: must be a number in \\[0.1, 86400\\], or 0 for never")
 hostile_config_refused(empty_phrase "phrases\\[0\\] is empty")
 hostile_config_refused(huge_number "huge_number.json: not valid JSON: .*1e999")
 # --mode sequential with a config that sets a trigger printed "sequential" and ran forks.

@@ -386,14 +386,14 @@ TEST_CASE("make_kv rejects bad configs with messages that say what to fix") {
   auto message = [](const char* text) {
     auto t = make_kv(nlohmann::json::parse(text));
     REQUIRE_FALSE(t);
-    return t.error().message;
+    return t.error().what();
   };
   using Catch::Matchers::Contains;
-  CHECK_THAT(message(R"({"remote_kv": {}})"), Contains("unknown kind 'remote_kv'") && Contains("remote_gpu_kv"));
-  CHECK_THAT(message(R"({"host_kv": {"bandwidth_gbps": 0}})"), Contains("host_kv.bandwidth_gbps: must be a number in [0.001, 100000], got 0"));
-  CHECK_THAT(message(R"({"host_kv": {"capacity_bytes": -5}})"), Contains("host_kv.capacity_bytes") && Contains("integer"));
-  CHECK_THAT(message(R"({"host_kv": {"model": {"layers": 0}}})"), Contains("host_kv.model.layers") && Contains("[1, 1024]"));
-  CHECK_THAT(message(R"({"host_kv": {"model": {"layer": 2}}})"), Contains("host_kv.model: unknown parameter 'layer'"));
+  CHECK_THAT(message(R"({"remote_kv": {}})"), Contains("/remote_kv: unknown kv kind 'remote_kv'") && Contains("remote_gpu_kv"));
+  CHECK_THAT(message(R"({"host_kv": {"bandwidth_gbps": 0}})"), Contains("/host_kv/bandwidth_gbps: must be a number in [0.001, 100000], got 0"));
+  CHECK_THAT(message(R"({"host_kv": {"capacity_bytes": -5}})"), Contains("/host_kv/capacity_bytes: ") && Contains("integer"));
+  CHECK_THAT(message(R"({"host_kv": {"model": {"layers": 0}}})"), Contains("/host_kv/model/layers: ") && Contains("[1, 1024]"));
+  CHECK_THAT(message(R"({"host_kv": {"model": {"layer": 2}}})"), Contains("/host_kv/model/layer: unknown key 'layer' (did you mean 'layers'?)"));
   CHECK_THAT(message(R"({"no_kv": {"x": 1}})"), Contains("takes no parameters"));
 }
 
@@ -402,7 +402,7 @@ TEST_CASE("KV stores are read within physical sizes: blocks of at most 1 GiB, st
   auto message = [](const char* text) {
     auto t = make_kv(nlohmann::json::parse(text));
     REQUIRE_FALSE(t);
-    return t.error().message;
+    return t.error().what();
   };
   CHECK_THAT(message(R"({"backed_kv": {"model": {"layers": 1024, "kv_heads": 1024, "head_dim": 1024, "block_tokens": 1024}}})"),
              Contains("over the limit of 1073741824 bytes"));

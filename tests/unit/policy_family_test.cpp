@@ -43,17 +43,24 @@ TEST_CASE("every kind of every family rebuilds from the config it writes") {
   check_round_trip<prompt_family>();
 }
 
-TEST_CASE("an unknown kind names the family and lists its table") {
-  CHECK(make_pool("elastik").error().message == "pool: unknown kind 'elastik' (known: elastic, static_split)");
-  CHECK(make_strategy("beam").error().message == "strategy: unknown kind 'beam' (known: refine, parallel, evolve)");
-  CHECK(make_kv("ssd_kv").error().message == "kv: unknown kind 'ssd_kv' (known: no_kv, host_kv, remote_gpu_kv, backed_kv)");
+TEST_CASE("an unknown kind names the family, the nearest kind and the table, at its JSON pointer") {
+  CHECK(make_pool("elastik").error().what() ==
+        "/: unknown pool kind 'elastik' (did you mean 'elastic'?); known: elastic, static_split");
+  CHECK(make_strategy("beam").error().what() == "/: unknown strategy kind 'beam'; known: refine, parallel, evolve");
+  CHECK(make_kv(nlohmann::json::parse(R"({"ssd_kv": {}})")).error().what() ==
+        "/ssd_kv: unknown kv kind 'ssd_kv'; known: no_kv, host_kv, remote_gpu_kv, backed_kv");
+  // Inside a document: the pointer starts where the config sits.
+  auto nested = make<trigger_family>(nlohmann::json::parse(R"({"any_of": ["never", {"fence_closd": {}}]})"), "/trigger");
+  REQUIRE_FALSE(nested);
+  CHECK(nested.error().where == "/trigger/any_of/1/fence_closd");
+  CHECK_THAT(nested.error().message, Catch::StartsWith("unknown trigger kind 'fence_closd' (did you mean 'fence_closed'?)"));
 }
 
 TEST_CASE("a kind without parameters refuses any") {
-  CHECK(make_kv(nlohmann::json::parse(R"({"no_kv": {"capacity_bytes": 1}})")).error().message ==
-        R"(kv no_kv: takes no parameters, got {"capacity_bytes":1})");
-  CHECK(make_trigger(nlohmann::json::parse(R"({"never": {"samples": 2}})")).error().message ==
-        R"(trigger never: takes no parameters, got {"samples":2})");
+  CHECK(make_kv(nlohmann::json::parse(R"({"no_kv": {"capacity_bytes": 1}})")).error().what() ==
+        R"(/no_kv: takes no parameters, got {"capacity_bytes":1})");
+  CHECK(make_trigger(nlohmann::json::parse(R"({"never": {"samples": 2}})")).error().what() ==
+        R"(/never: takes no parameters, got {"samples":2})");
   CHECK(make_termination(nlohmann::json::parse(R"({"first_valid": {}})")));
 }
 
@@ -97,7 +104,7 @@ TEST_CASE("engine_config is a value: copies are independent") {
   CHECK(a.seed == 1);
 }
 
-TEST_CASE("read_config_fields reads each field onto a config and names the key of an error") {
+TEST_CASE("read_config_fields reads each field onto a config; an error's where is its JSON pointer") {
   engine_config c;
   REQUIRE(read_config_fields(nlohmann::json::parse(R"({"seed": 7, "pool": "elastic", "budget": {"max_rounds": 3}})"), c));
   CHECK(c.seed == 7);
@@ -105,7 +112,16 @@ TEST_CASE("read_config_fields reads each field onto a config and names the key o
   CHECK(c.budget.max_rounds == 3);
   auto bad = read_config_fields(nlohmann::json::parse(R"({"pool": {"elastic": {"interval_s": -1}}})"), c);
   REQUIRE_FALSE(bad);
-  CHECK_THAT(bad.error().message, Catch::StartsWith("config: pool: pool elastic"));
+  CHECK(bad.error().where == "/pool/elastic/interval_s");
+  CHECK_THAT(bad.error().message, Catch::StartsWith("must be a number in [0.1, 86400], or 0 for never (seconds), got -1"));
+  auto unknown = read_config_fields(nlohmann::json::parse(R"({"trigger": {"never": {}, "gate": {"min_gap_token": 1}}})"), c);
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().where == "/trigger/gate/min_gap_token");
+  CHECK_THAT(unknown.error().message, Catch::StartsWith("unknown key 'min_gap_token' (did you mean 'min_gap_tokens'?)"));
+  auto typo = read_config_fields(nlohmann::json::parse(R"({"sead": 1})"), c);
+  REQUIRE_FALSE(typo);
+  CHECK(typo.error().what() == "/sead: " + typo.error().message);
+  CHECK_THAT(typo.error().message, Catch::StartsWith("unknown key 'sead' (did you mean 'seed'?)"));
 }
 
 TEST_CASE("a copied block index is independent of its original") {

@@ -139,21 +139,20 @@ TEST_CASE("make_pool rejects configs with a message that names the problem") {
   auto message = [](const char* text) {
     auto r = make_pool(json::parse(text));
     REQUIRE_FALSE(r);
-    return r.error().message;
+    return r.error().what();
   };
-  CHECK_THAT(message(R"("elastc")"), Catch::Contains("unknown kind 'elastc'") && Catch::Contains("elastic"));
+  CHECK_THAT(message(R"("elastc")"), Catch::Contains("/: unknown pool kind 'elastc' (did you mean 'elastic'?)"));
   CHECK_THAT(message(R"({"elastic":{"min_validaton":2}})"),
-             Catch::Contains("pool elastic") && Catch::Contains("unknown parameter 'min_validaton'") &&
-                 Catch::Contains("min_validation"));
+             Catch::StartsWith("/elastic/min_validaton: unknown key 'min_validaton' (did you mean 'min_validation'?)"));
   CHECK_THAT(message(R"({"static_split":{"validation_fraction":1.5}})"),
              Catch::Contains("validation_fraction") && Catch::Contains("[0, 1]") && Catch::Contains("1.5"));
   CHECK_THAT(message(R"({"elastic":{"validation":"random"}})"), Catch::Contains("one of \"fifo\", \"lifo\""));
-  CHECK_THAT(message(R"({"elastic":{"min_validation":-1}})"), Catch::Contains("min_validation"));
+  CHECK_THAT(message(R"({"elastic":{"min_validation":-1}})"), Catch::StartsWith("/elastic/min_validation: "));
   CHECK_THAT(message(R"({"elastic":{"min_profiling":1.5}})"), Catch::Contains("integer"));
-  CHECK_THAT(message(R"({"elastic":{"interval_s":"5"}})"), Catch::Contains("interval_s"));
+  CHECK_THAT(message(R"({"elastic":{"interval_s":"5"}})"), Catch::StartsWith("/elastic/interval_s: "));
   CHECK_THAT(message(R"({"elastic":[1]})"), Catch::Contains("must be an object"));
   CHECK_THAT(message(R"({"elastic":{},"static_split":{}})"), Catch::Contains("names one pool kind"));
-  CHECK_THAT(message(R"({"elastic":{"interval_s":-1}})"), Catch::Contains("interval_s"));
+  CHECK_THAT(message(R"({"elastic":{"interval_s":-1}})"), Catch::StartsWith("/elastic/interval_s: "));
 }
 
 TEST_CASE("an elastic epoch is 0 (never) or at least 0.1 s: a nanosecond epoch would never let a run end") {
@@ -161,7 +160,7 @@ TEST_CASE("an elastic epoch is 0 (never) or at least 0.1 s: a nanosecond epoch w
                            R"({"elastic":{"interval_s":1e10}})", R"({"elastic":{"min_validation":1000000}})"}) {
     auto r = make_pool(json::parse(text));
     REQUIRE_FALSE(r);
-    CHECK_THAT(r.error().message, Catch::Contains("pool elastic."));
+    CHECK_THAT(r.error().where, Catch::StartsWith("/elastic/"));
   }
   CHECK_THAT(make_pool(json::parse(R"({"elastic":{"interval_s":1e-9}})")).error().message,
              Catch::Contains("a number in [0.1, 86400], or 0 for never"));

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -84,16 +85,24 @@ inline std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-/// "unknown key 'tolerence' (did you mean 'tolerance'?); allowed: name, dtype, shape, tolerance":
-/// the problem of a key outside `allowed`, with the nearest allowed key when it is a likely typo.
-inline std::string unknown_key_problem(std::string_view key, std::initializer_list<std::string_view> allowed) {
-  std::string msg = fmt::format("unknown key '{}'", key);
-  if (allowed.size() == 0) return msg + "; the object takes no keys";
+/// "unknown <noun> 'tolerence' (did you mean 'tolerance'?); <listed>: name, dtype, shape, tolerance":
+/// the problem of a name outside `allowed`, with the nearest allowed name when it is a likely typo.
+inline std::string unknown_name_problem(std::string_view noun, std::string_view key,
+                                        std::span<const std::string_view> allowed, std::string_view listed = "allowed") {
+  std::string msg = fmt::format("unknown {} '{}'", noun, key);
+  if (allowed.empty()) return msg + "; the object takes no keys";
   const auto best = std::min_element(allowed.begin(), allowed.end(), [&](auto a, auto b) {
     return edit_distance(key, a) < edit_distance(key, b);
   });
   if (edit_distance(key, *best) <= 2) msg += fmt::format(" (did you mean '{}'?)", *best);
-  return msg + fmt::format("; allowed: {}", fmt::join(allowed, ", "));
+  return msg + fmt::format("; {}: {}", listed, fmt::join(allowed, ", "));
+}
+/// "unknown key 'tolerence' (did you mean 'tolerance'?); allowed: name, dtype, shape, tolerance".
+inline std::string unknown_key_problem(std::string_view key, std::span<const std::string_view> allowed) {
+  return unknown_name_problem("key", key, allowed);
+}
+inline std::string unknown_key_problem(std::string_view key, std::initializer_list<std::string_view> allowed) {
+  return unknown_key_problem(key, std::span<const std::string_view>(allowed.begin(), allowed.size()));
 }
 
 /// The first key of object `j` outside `allowed`, if any.

@@ -199,7 +199,9 @@ class basic_any {
 template <class Any>
 struct builder {
   std::string_view kind;
-  expected<Any, error> (*build)(const nlohmann::json& body, const std::string& what, int depth);
+  /// Builds the policy from its parameters `body`, found at JSON pointer
+  /// `pointer` of the config; `depth` counts the enclosing `any_of`s.
+  expected<Any, error> (*build)(const nlohmann::json& body, std::string_view pointer, int depth);
 };
 
 }  // namespace policy
@@ -209,9 +211,9 @@ namespace detail {
 inline bool has_params(const nlohmann::json& body) { return !body.is_null() && !(body.is_object() && body.empty()); }
 
 /// The error of a kind without parameters whose config sets some.
-inline expected<void, error> refuse_params(const nlohmann::json& body, const std::string& what) {
+inline expected<void, error> refuse_params(const nlohmann::json& body, std::string_view pointer) {
   if (!has_params(body)) return {};
-  return unexpected(error{fmt::format("{}: takes no parameters, got {}", what, shown(body))});
+  return unexpected(json_error("", pointer, fmt::format("takes no parameters, got {}", shown(body))));
 }
 
 /// How many fields aggregate `P` lists.
@@ -224,11 +226,11 @@ int field_count() {
 }
 
 template <class Any, class T>
-expected<Any, error> build_from_params(const nlohmann::json& body, const std::string& what, int) {
+expected<Any, error> build_from_params(const nlohmann::json& body, std::string_view pointer, int) {
   using P = std::remove_cvref_t<decltype(policy::params_of(std::declval<const T&>()))>;
   if (field_count<P>() == 0)
-    if (auto none = refuse_params(body, what); !none) return unexpected(none.error());
-  return read_fields<P>(body, what).transform([](P p) {
+    if (auto none = refuse_params(body, pointer); !none) return unexpected(none.error());
+  return read_fields<P>(body, pointer).transform([](P p) {
     if constexpr (std::is_same_v<P, T>) return Any(std::move(p));
     else return Any(T{std::move(p)});
   });
@@ -248,8 +250,8 @@ constexpr builder<Any> from_params(std::string_view kind) {
 /// `make` is a function returning the policy.
 template <class Any, auto Make>
 constexpr builder<Any> without_params(std::string_view kind) {
-  return {kind, [](const nlohmann::json& body, const std::string& what, int) -> expected<Any, error> {
-            return detail::refuse_params(body, what).transform([] { return Any(Make()); });
+  return {kind, [](const nlohmann::json& body, std::string_view pointer, int) -> expected<Any, error> {
+            return detail::refuse_params(body, pointer).transform([] { return Any(Make()); });
           }};
 }
 
@@ -258,39 +260,43 @@ constexpr builder<Any> without_params(std::string_view kind) {
 template <class Family, class Composite>
 constexpr builder<typename Family::any> any_of_builder(std::string_view kind = "any_of");
 
-/// The kinds of a family's table, comma-separated, for error messages.
+/// The kinds of a family's table, in its order.
 template <class Family>
-std::string kinds_of() {
-  std::string out;
-  for (const auto& b : Family::kinds) out += fmt::format("{}{}", out.empty() ? "" : ", ", b.kind);
+constexpr auto kinds_of() {
+  std::array<std::string_view, std::tuple_size_v<std::remove_cvref_t<decltype(Family::kinds)>>> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = Family::kinds[i].kind;
   return out;
 }
 
 /**
  * Builds a policy of `Family` from JSON: a kind's name (`"beats_mean"`, its
- * default parameters) or `{"<kind>": {params}}`. Unknown kinds, unknown
- * parameters and values out of range are errors that name the family, the
- * kind and the field. A family may accept sibling keys beside the kind
- * (`Family::extra_keys`) and finish the built policy with them
- * (`Family::finish`, e.g. a trigger's `"gate"`).
+ * default parameters) or `{"<kind>": {params}}`. `pointer` is where the
+ * config sits in its document (`"/pool"` in an engine config), so that every
+ * error's `where` is the JSON pointer of the value at fault: an unknown kind
+ * (with the nearest known one), an unknown parameter, a value out of range.
+ * A family may accept sibling keys beside the kind (`Family::extra_keys`) and
+ * finish the built policy with them (`Family::finish`, e.g. a trigger's
+ * `"gate"`).
  */
 template <class Family>
-expected<typename Family::any, error> make(const nlohmann::json& j, int depth = 0) {
-  const std::string known = kinds_of<Family>();
+expected<typename Family::any, error> make(const nlohmann::json& j, std::string_view pointer = "", int depth = 0) {
+  static constexpr auto known = kinds_of<Family>();
   auto cfg = [&] {
     if constexpr (requires { Family::extra_keys; })
-      return detail::split_config(j, Family::name, known, Family::extra_keys);
-    else return detail::split_config(j, Family::name, known);
+      return detail::split_config(j, pointer, Family::name, known, Family::extra_keys);
+    else return detail::split_config(j, pointer, Family::name, known);
   }();
   if (!cfg) return unexpected(cfg.error());
+  // The kind's parameters: inside the object, or none for a bare name.
+  const std::string at = j.is_object() ? fmt::format("{}/{}", pointer, detail::pointer_token(cfg->kind)) : std::string(pointer);
   const auto row = std::find_if(Family::kinds.begin(), Family::kinds.end(), [&](const auto& b) { return b.kind == cfg->kind; });
   if (row == Family::kinds.end())
-    return unexpected(error{fmt::format("{}: unknown kind '{}' (known: {})", Family::name, cfg->kind, known)});
-  const std::string what = fmt::format("{} {}", Family::name, cfg->kind);
-  auto built = row->build(*cfg->body, what, depth);
-  if constexpr (requires { Family::finish(j, std::move(*built), what); }) {
+    return unexpected(detail::json_error(
+        "", at, detail::unknown_name_problem(fmt::format("{} kind", Family::name), cfg->kind, known, "known")));
+  auto built = row->build(*cfg->body, at, depth);
+  if constexpr (requires { Family::finish(j, std::move(*built), pointer); }) {
     if (!built) return built;
-    return Family::finish(j, std::move(*built), what);
+    return Family::finish(j, std::move(*built), pointer);
   } else {
     return built;
   }
@@ -300,15 +306,15 @@ expected<typename Family::any, error> make(const nlohmann::json& j, int depth = 
 
 namespace detail {
 template <class Family, class Composite>
-expected<typename Family::any, error> build_any_of(const nlohmann::json& body, const std::string& what, int depth) {
+expected<typename Family::any, error> build_any_of(const nlohmann::json& body, std::string_view pointer, int depth) {
   using any = typename Family::any;
-  if (auto ok = check_policy_depth(depth + 1, Family::name); !ok) return unexpected(ok.error());
+  if (auto ok = check_policy_depth(depth + 1, pointer); !ok) return unexpected(ok.error());
   if (!body.is_array() || body.empty())
-    return unexpected(error{fmt::format("{}: expected a non-empty array of {} configs, got {}", what, Family::name, shown(body))});
+    return unexpected(must_be(pointer, fmt::format("a non-empty array of {} configs", Family::name), body));
   std::vector<any> members;
   for (std::size_t i = 0; i < body.size(); ++i) {
-    auto m = policy::make<Family>(body[i], depth + 1);
-    if (!m) return unexpected(error{fmt::format("{}[{}]: {}", what, i, m.error().message)});
+    auto m = policy::make<Family>(body[i], fmt::format("{}/{}", pointer, i), depth + 1);
+    if (!m) return unexpected(std::move(m.error()));
     members.push_back(std::move(*m));
   }
   return any(Composite(std::move(members)));

@@ -35,7 +35,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <concepts>
 #include <cstdint>
 #include <limits>
@@ -128,26 +130,26 @@ nlohmann::json write_fields(const P& p) {
   return j;
 }
 
+/// Reads `j` over `p` (see below); `pointer` is where `j` sits in its document
+/// ("" for the whole document, "/pool/elastic" inside an engine config), so
+/// that every error's `where` is the JSON pointer of the value at fault.
 template <has_fields P>
-expected<P, error> read_fields(const nlohmann::json& j, const std::string& what, P p = P{});
+expected<P, error> read_fields(const nlohmann::json& j, std::string_view pointer, P p = P{});
 
-/// "must be <what is accepted>, got <the value>", for a field at `where`.
-inline std::string must_be(const std::string& where, std::string_view want, const nlohmann::json& got) {
-  return fmt::format("{}: must be {}, got {}", where, want, shown(got));
+/// The error "must be <what is accepted>, got <the value>" at `pointer`.
+inline error must_be(std::string_view pointer, std::string_view want, const nlohmann::json& got) {
+  return json_error("", pointer, fmt::format("must be {}, got {}", want, shown(got)));
 }
 
-/// Reads one field value, checking it against `r` when the field declares a
-/// range; returns "" or the problem (naming the field).
+/// Reads one field value at `pointer`, checking it against `r` when the field
+/// declares a range.
 template <class T, class... R>
-std::string read_value(const nlohmann::json& j, T& out, const std::string& where, const R&... r) {
+expected<void, error> read_value(const nlohmann::json& j, T& out, std::string_view pointer, const R&... r) {
   static_assert(sizeof...(R) <= 1);
   if constexpr (has_fields<T>) {
-    auto got = read_fields<T>(j, where, out);
-    if (!got) return got.error().message;
-    out = std::move(*got);
-    return {};
+    return read_fields<T>(j, pointer, out).transform([&](T v) { out = std::move(v); });
   } else if constexpr (std::same_as<T, bool>) {
-    if (!j.is_boolean()) return must_be(where, "true or false", j);
+    if (!j.is_boolean()) return unexpected(must_be(pointer, "true or false", j));
     out = j.get<bool>();
     return {};
   } else if constexpr (std::same_as<T, duration>) {
@@ -156,7 +158,7 @@ std::string read_value(const nlohmann::json& j, T& out, const std::string& where
       else return limits::seconds;
     }();
     double s = 0;
-    if (!number_value(j, s) || !checked.contains(s)) return must_be(where, checked.describe() + " (seconds)", j);
+    if (!number_value(j, s) || !checked.contains(s)) return unexpected(must_be(pointer, checked.describe() + " (seconds)", j));
     out = seconds(s);
     return {};
   } else if constexpr (std::is_arithmetic_v<T>) {
@@ -165,8 +167,7 @@ std::string read_value(const nlohmann::json& j, T& out, const std::string& where
       else return any_value<T>();
     }();
     T value{};
-    if (!number_value(j, value)) return must_be(where, checked.describe(), j);
-    if (!checked.contains(value)) return must_be(where, checked.describe(), j);
+    if (!number_value(j, value) || !checked.contains(value)) return unexpected(must_be(pointer, checked.describe(), j));
     out = value;
     return {};
   } else if constexpr (named_enum<T>) {
@@ -177,22 +178,22 @@ std::string read_value(const nlohmann::json& j, T& out, const std::string& where
           out = static_cast<T>(i);
           return {};
         }
-    return must_be(where, fmt::format("one of \"{}\"", fmt::join(names, "\", \"")), j);
+    return unexpected(must_be(pointer, fmt::format("one of \"{}\"", fmt::join(names, "\", \"")), j));
   } else if constexpr (std::same_as<T, std::string>) {
-    if (!j.is_string()) return must_be(where, "a string", j);
+    if (!j.is_string()) return unexpected(must_be(pointer, "a string", j));
     out = j.get<std::string>();
     return {};
   } else if constexpr (std::same_as<T, std::vector<std::string>>) {
-    if (!j.is_array()) return must_be(where, "an array of strings", j);
+    if (!j.is_array()) return unexpected(must_be(pointer, "an array of strings", j));
     std::vector<std::string> v;
-    for (const auto& e : j) {
-      if (!e.is_string()) return fmt::format("{}: must be an array of strings, got element {}", where, shown(e));
-      v.push_back(e.get<std::string>());
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      if (!j[i].is_string()) return unexpected(must_be(fmt::format("{}/{}", pointer, i), "a string", j[i]));
+      v.push_back(j[i].get<std::string>());
     }
     out = std::move(v);
     return {};
   } else if constexpr (std::same_as<T, nlohmann::json>) {
-    if (!j.is_object()) return must_be(where, "an object", j);
+    if (!j.is_object()) return unexpected(must_be(pointer, "an object", j));
     out = j;
     return {};
   } else {
@@ -202,27 +203,25 @@ std::string read_value(const nlohmann::json& j, T& out, const std::string& where
 
 /// Reads `j` over a copy of `p` (absent keys keep their values), rejecting
 /// unknown keys and values outside their fields' ranges, then checks `p`
-/// (`invalid_reason`). `null` means "all defaults".
+/// (`invalid_reason`, reported at the object). `null` means "all defaults".
 template <has_fields P>
-expected<P, error> read_fields(const nlohmann::json& j, const std::string& what, P p) {
+expected<P, error> read_fields(const nlohmann::json& j, std::string_view pointer, P p) {
   if (j.is_null()) return p;
-  if (!j.is_object())
-    return unexpected(error{fmt::format("{}: parameters must be an object, got {}", what, shown(j))});
-  std::vector<std::string> known;
-  std::string problem;
+  if (!j.is_object()) return unexpected(must_be(pointer, "an object of parameters", j));
+  std::vector<std::string_view> known;
+  std::optional<error> failed;
   P::fields(p, [&](const char* key, auto& v, const auto&... r) {
     known.emplace_back(key);
-    if (!problem.empty()) return;
-    if (auto it = j.find(key); it != j.end()) problem = read_value(*it, v, fmt::format("{}.{}", what, key), r...);
+    if (failed) return;
+    if (auto it = j.find(key); it != j.end())
+      if (auto got = read_value(*it, v, fmt::format("{}/{}", pointer, pointer_token(key)), r...); !got)
+        failed = got.error();
   });
-  if (!problem.empty()) return unexpected(error{problem});
-  for (const auto& [key, value] : j.items()) {
-    bool found = false;
-    for (const auto& k : known) found = found || k == key;
-    if (!found)
-      return unexpected(error{fmt::format("{}: unknown parameter '{}' (known: {})", what, key, fmt::join(known, ", "))});
-  }
-  if (auto why = invalid_reason(p); !why.empty()) return unexpected(error{fmt::format("{}: {}", what, why)});
+  if (failed) return unexpected(std::move(*failed));
+  for (const auto& [key, value] : j.items())
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      return unexpected(json_error("", fmt::format("{}/{}", pointer, pointer_token(key)), unknown_key_problem(key, known)));
+  if (auto why = invalid_reason(p); !why.empty()) return unexpected(json_error("", pointer, why));
   return p;
 }
 
@@ -240,37 +239,40 @@ struct policy_config {
   }
 };
 
-inline expected<policy_config, error> split_config(const nlohmann::json& j, std::string_view what,
-                                                   std::string_view known,
+/// Splits the config at `pointer` of a `family` ("pool") whose kinds are `known`.
+inline expected<policy_config, error> split_config(const nlohmann::json& j, std::string_view pointer,
+                                                   std::string_view family, std::span<const std::string_view> known,
                                                    std::span<const std::string_view> extra_keys = {}) {
   if (j.is_string()) return policy_config{j.get<std::string>(), &policy_config::null_json()};
   if (j.is_object()) {
     policy_config out;
     for (const auto& [key, value] : j.items()) {
-      bool extra = false;
-      for (auto e : extra_keys) extra = extra || key == e;
-      if (extra) continue;
+      if (std::find(extra_keys.begin(), extra_keys.end(), key) != extra_keys.end()) continue;
       if (!out.kind.empty())
-        return unexpected(error{fmt::format("{}: a config names one {} kind, got both '{}' and '{}' (known: {})", what,
-                                            what, out.kind, key, known)});
+        return unexpected(json_error("", fmt::format("{}/{}", pointer, pointer_token(key)),
+                                     fmt::format("a config names one {} kind, got both '{}' and '{}' (known: {})", family,
+                                                 out.kind, key, fmt::join(known, ", "))));
       out.kind = key;
       out.body = &value;
     }
     if (!out.kind.empty()) return out;
   }
-  return unexpected(error{fmt::format("{}: expected a name or an object {{\"<kind>\": {{...}}}} with a kind from: {}; got {}",
-                                      what, known, shown(j))});
+  return unexpected(json_error("", pointer,
+                               fmt::format("expected a {} kind's name or an object {{\"<kind>\": {{...}}}}, with a kind "
+                                           "from: {}; got {}",
+                                           family, fmt::join(known, ", "), shown(j))));
 }
 
-/// Refuses the `levels`-th nested `any_of` of a config when that is more than
-/// limits::max_policy_depth. Building one recurses once per level, and so
-/// would copying, running and destroying the policy; a config nested 100,000
-/// deep would overflow the stack.
-inline expected<void, error> check_policy_depth(int levels, std::string_view what) {
+/// Refuses the `levels`-th nested `any_of` of a config (at `pointer`) when
+/// that is more than limits::max_policy_depth. Building one recurses once per
+/// level, and so would copying, running and destroying the policy; a config
+/// nested 100,000 deep would overflow the stack.
+inline expected<void, error> check_policy_depth(int levels, std::string_view pointer) {
   if (levels <= limits::max_policy_depth) return {};
-  return unexpected(error{fmt::format("{}: any_of is nested more than {} levels deep; flatten the nested any_of lists "
-                                      "into one (any_of of any_of is the same as one any_of of all the members)",
-                                      what, limits::max_policy_depth)});
+  return unexpected(json_error("", pointer,
+                               fmt::format("any_of is nested more than {} levels deep; flatten the nested any_of lists "
+                                           "into one (any_of of any_of is the same as one any_of of all the members)",
+                                           limits::max_policy_depth)));
 }
 
 }  // namespace detail

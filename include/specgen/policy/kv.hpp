@@ -238,8 +238,8 @@ struct backed_kv_config {
 };
 
 /// A `backed_kv` over a new host backing, from its JSON form.
-inline expected<policy::any_kv, error> build_backed_kv(const nlohmann::json& body, const std::string& what, int) {
-  return read_fields<backed_kv_config>(body, what).transform([](const backed_kv_config& c) {
+inline expected<policy::any_kv, error> build_backed_kv(const nlohmann::json& body, std::string_view pointer, int) {
+  return read_fields<backed_kv_config>(body, pointer).transform([](const backed_kv_config& c) {
     return policy::any_kv(policy::backed_kv({.model = c.model},
                                             std::make_shared<host_backing>(c.capacity_bytes, c.model.bytes_per_block())));
   });

@@ -220,7 +220,7 @@ struct pool_family {
 ///
 /// @code
 ///   auto p = specgen::policy::make_pool(nlohmann::json::parse(R"({"static_split":{"validation_fraction":0.25}})"));
-///   if (!p) std::cerr << p.error().message << '\n';
+///   if (!p) std::cerr << p.error().what() << '\n';
 /// @endcode
 inline expected<any_pool, error> make_pool(const nlohmann::json& config) { return make<pool_family>(config); }
 

@@ -18,7 +18,7 @@
 ///   auto cfg = specgen::policy::make_trigger(nlohmann::json::parse(R"({
 ///       "any_of": [{"fence_closed": {"samples": 2}}, {"design_decision": {"samples": 2}}],
 ///       "gate": {"min_gap_tokens": 256, "max_forks_per_round": 24}})"));
-///   if (!cfg) fail(cfg.error().message);
+///   if (!cfg) fail(cfg.error().what());
 ///   const std::string reasoning = "...I'll use shared memory tiles. ";   // the stream's text so far
 ///   const std::size_t old_size = 3;                                      // where the newest chunk starts
 ///   const specgen::policy::trigger_context ctx{.idle_validation = 1};
@@ -714,9 +714,9 @@ struct trigger_family {
       any_of_builder<trigger_family, triggers::any_of>(),
       without_params<any_trigger, &default_one>("default")}};
   /// A `"gate"` beside the kind puts the built trigger behind it.
-  static expected<any_trigger, error> finish(const nlohmann::json& j, any_trigger built, const std::string& what) {
+  static expected<any_trigger, error> finish(const nlohmann::json& j, any_trigger built, std::string_view pointer) {
     if (!j.is_object() || !j.contains("gate")) return built;
-    return detail::read_fields<triggers::gate>(j["gate"], what + " gate").transform([&](const triggers::gate& g) {
+    return detail::read_fields<triggers::gate>(j["gate"], fmt::format("{}/gate", pointer)).transform([&](const triggers::gate& g) {
       return any_trigger(triggers::gated<any_trigger>(std::move(built), g));
     });
   }
@@ -731,7 +731,7 @@ struct trigger_family {
  *   auto t = specgen::policy::make_trigger(nlohmann::json::parse(R"({
  *     "any_of": [{"fence_closed": {"samples": 2}}, {"design_decision": {"samples": 2}}],
  *     "gate": {"min_gap_tokens": 256, "max_forks_per_round": 24}})"));
- *   if (!t) std::cerr << t.error().message;   // e.g. "trigger fence_closed: unknown parameter 'sample' ..."
+ *   if (!t) std::cerr << t.error().what();   // e.g. "/fence_closed/sample: unknown key 'sample' (did you mean 'samples'?) ..."
  * @endcode
  *
  * `make_trigger(t.config())` rebuilds `t` with fresh state.

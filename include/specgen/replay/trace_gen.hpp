@@ -154,8 +154,8 @@ struct corpus_params {
   /// For `json.get<corpus_params>()`: missing keys keep their defaults; an
   /// unknown key or a value out of range throws std::invalid_argument.
   friend void from_json(const nlohmann::json& j, corpus_params& p) {
-    auto r = specgen::detail::read_fields<corpus_params>(j, "corpus_params");
-    if (!r) throw std::invalid_argument(r.error().message);
+    auto r = specgen::detail::read_fields<corpus_params>(j, "");
+    if (!r) throw std::invalid_argument("corpus_params: " + r.error().what());
     p = std::move(*r);
   }
 };

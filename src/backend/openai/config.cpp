@@ -139,19 +139,19 @@ std::string openai_config::invalid() const {
   if (fork_max_tokens < 1) return "fork_max_tokens must be >= 1";
   if (fork_tail_tokens < 0) return "fork_tail_tokens must be >= 0";
   if (!abort_path.empty() && abort_path.front() != '/') return fmt::format("abort_path \"{}\" must start with /", abort_path);
-  if (auto f = resolve_family(*this); !f) return f.error().message;
+  if (auto f = resolve_family(*this); !f) return f.error().what();
   return {};
 }
 
 expected<openai_config, error> config_from_json(const nlohmann::json& j) {
-  return specgen::detail::read_fields<openai_config>(j, "openai");
+  return specgen::detail::read_fields<openai_config>(j, "");
 }
 
 nlohmann::json to_json(const openai_config& c) { return specgen::detail::write_fields(c); }
 
 expected<model_preset, error> resolve_family(const openai_config& c) {
   const auto base = c.preset == "auto" ? expected<model_preset, error>(preset_for_model(c.model)) : find_preset(c.preset);
-  return base.and_then([&](const model_preset& b) { return specgen::detail::read_fields<model_preset>(c.family, "family", b); });
+  return base.and_then([&](const model_preset& b) { return specgen::detail::read_fields<model_preset>(c.family, "/family", b); });
 }
 
 std::string normalized_base_url(std::string_view url) {
