@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   for (const auto& p : paths) {
     auto r = specgen::load_report_runs(p, options);
     if (!r) {
-      fmt::print(stderr, "specgen-report: {}\n", r.error().message);
+      fmt::print(stderr, "specgen-report: {}\n", r.error().what());
       return 2;
     }
     for (auto& run : *r) {

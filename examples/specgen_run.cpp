@@ -509,7 +509,7 @@ int run(int argc, char** argv) {
     // The journal is complete (the run has ended): the report reads it as specgen-report would.
     const fs::path page = out / "report.html";
     auto runs = load_report_runs(out);
-    if (!runs) throw std::runtime_error(fmt::format("the report: {}", runs.error().message));
+    if (!runs) throw std::runtime_error(fmt::format("the report: {}", runs.error().what()));
     std::ofstream f(page, std::ios::binary);
     f << render_report(*runs);
     if (!f) throw std::runtime_error(fmt::format("cannot write {}", page.string()));

@@ -152,7 +152,7 @@ struct run_error {
   };
   std::string message;
   kind why = kind::failed;
-  run_error(error e, kind k = kind::failed) : message(std::move(e.message)), why(k) {}  // NOLINT: every error converts
+  run_error(const error& e, kind k = kind::failed) : message(e.what()), why(k) {}  // NOLINT: every error converts
 };
 
 /// How to run one configuration on a corpus.
