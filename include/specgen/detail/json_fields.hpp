@@ -508,6 +508,22 @@ T required_key(const nlohmann::json& obj, std::string_view key) {
   return v;
 }
 
+/// `read(value)` for the value at key `key` of `obj`, which must be there (not
+/// null): for reading a nested object field by field, so that an error inside
+/// it gets the key in front of its pointer. Returns what `read` returns.
+template <class F>
+decltype(auto) within(const nlohmann::json& obj, std::string_view key, F&& read) {
+  if (!obj.is_object()) throw json_read_error({}, wrong_type_problem("an object", obj));
+  const nlohmann::json* v = present(obj, key);
+  if (v == nullptr) throw json_read_error("/" + pointer_token(key), "missing (required)");
+  try {
+    return std::forward<F>(read)(*v);
+  } catch (json_read_error& err) {
+    err.nest(key);
+    throw;
+  }
+}
+
 /// Reads an enum written by name, `names[i]` naming enumerator i; `what`
 /// names the enum in the error ("unknown dtype \"float32\"; expected one of
 /// \"f32\", ..."). Throws `json_read_error`.
