@@ -18,9 +18,9 @@
 /// pointer. `read_key` and `read_json` throw `json_read_error` (what a
 /// `from_json` must do), whose pointer grows by one key per level as it
 /// passes up through the nested reads; the top-level reader catches it and
-/// returns `json_read_error::at(file, line)`. Hot paths that must not throw
-/// (a stream's events) use `present`, `read_scalar` and `json_path`, which
-/// build the pointer only when there is an error.
+/// returns `json_read_error::at(file, line)`. Nothing is thrown, and no
+/// pointer is built, while the input is well-formed, so a hot path (a
+/// stream's events) reads with these too.
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/limits.hpp>
 #include <specgen/expected.hpp>
@@ -313,41 +313,6 @@ class json_read_error : public nlohmann::json::exception {
   std::string text_;
 };
 
-/// Where a value lies in its document, for readers that must not throw (a
-/// stream's events): a chain of keys and indices that costs nothing until an
-/// error asks for its `pointer()`. Each level refers to the one it extends,
-/// so every level but the last is a named variable:
-/// @code
-///   const json_path root, choices = root / "choices", choice = choices / i;
-///   fail((choice / "index").pointer());   // "/choices/3/index"
-/// @endcode
-class json_path {
- public:
-  json_path() = default;
-  [[nodiscard]] json_path operator/(std::string_view key) const& noexcept { return {this, key, npos}; }
-  [[nodiscard]] json_path operator/(std::size_t index) const& noexcept { return {this, {}, index}; }
-  // Extending a temporary would leave the result pointing at it.
-  json_path operator/(std::string_view) const&& = delete;
-  json_path operator/(std::size_t) const&& = delete;
-
-  /// "/choices/3/index"; "" for the root.
-  [[nodiscard]] std::string pointer() const {
-    std::string out;
-    for (const json_path* p = this; p->parent_ != nullptr; p = p->parent_)
-      out.insert(0, "/" + (p->index_ == npos ? pointer_token(p->key_) : std::to_string(p->index_)));
-    return out;
-  }
-
- private:
-  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-  json_path(const json_path* parent, std::string_view key, std::size_t index) noexcept
-      : parent_(parent), key_(key), index_(index) {}
-
-  const json_path* parent_ = nullptr;
-  std::string_view key_{};
-  std::size_t index_ = npos;
-};
-
 /// The value at `key` of object `obj`, or nullptr when the key is absent or
 /// null (or `obj` is not an object): how an open format finds an optional key.
 inline const nlohmann::json* present(const nlohmann::json& obj, std::string_view key) {
@@ -508,6 +473,20 @@ T required_key(const nlohmann::json& obj, std::string_view key) {
   return v;
 }
 
+/// `read()`, the read of the value at key (or index) `token` of the value
+/// being read: a json_read_error from it gets the token in front of its
+/// pointer. Returns what `read` returns.
+template <class Token, class F>
+decltype(auto) nested_in(const Token& token, F&& read) {
+  try {
+    return std::forward<F>(read)();
+  } catch (json_read_error& err) {
+    if constexpr (std::is_integral_v<Token>) err.nest(static_cast<std::size_t>(token));
+    else err.nest(std::string_view(token));
+    throw;
+  }
+}
+
 /// `read(value)` for the value at key `key` of `obj`, which must be there (not
 /// null): for reading a nested object field by field, so that an error inside
 /// it gets the key in front of its pointer. Returns what `read` returns.
@@ -516,12 +495,7 @@ decltype(auto) within(const nlohmann::json& obj, std::string_view key, F&& read)
   if (!obj.is_object()) throw json_read_error({}, wrong_type_problem("an object", obj));
   const nlohmann::json* v = present(obj, key);
   if (v == nullptr) throw json_read_error("/" + pointer_token(key), "missing (required)");
-  try {
-    return std::forward<F>(read)(*v);
-  } catch (json_read_error& err) {
-    err.nest(key);
-    throw;
-  }
+  return nested_in(key, [&]() -> decltype(auto) { return std::forward<F>(read)(*v); });
 }
 
 /// Reads an enum written by name, `names[i]` naming enumerator i; `what`
