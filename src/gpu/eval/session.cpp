@@ -628,11 +628,17 @@ struct device_session::state {
 
     // Phase 5, the judging (judge.hpp): the measurement, CUPTI, the roofline.
     const json& r = (*resp)->result;
-    measurement m = measure(r, got->candidate, got->baseline, job->base == &t.reference ? "reference" : "baseline", notes);
-    auto plan = parse_plan(c.plan);
-    const auto per_run = static_cast<std::int64_t>(plan ? plan->launches.size() : 0);
-    if (auto bad = judge_cupti(r, pc, per_run, what, m, notes)) return finish(std::move(*bad));
-    read_hardware_metrics(r, pc, m, notes);
+    measurement m;
+    try {
+      m = measure(r, got->candidate, got->baseline, job->base == &t.reference ? "reference" : "baseline", notes);
+      auto plan = parse_plan(c.plan);
+      const auto per_run = static_cast<std::int64_t>(plan ? plan->launches.size() : 0);
+      if (auto bad = judge_cupti(r, pc, per_run, what, m, notes)) return finish(std::move(*bad));
+      read_hardware_metrics(r, pc, m, notes);
+    } catch (specgen::detail::json_read_error& bad) {  // a value of the wrong type: "/result/launch_gate: ..."
+      bad.nest("result");
+      return finish(nonsense(what, bad.what()));
+    }
     if (auto bad = judge_roofline(t, shape, dev.peak_dram_gbps, dev.l2_bytes, pc, m, notes)) return finish(std::move(*bad));
     e.timing = std::move(m);
     return finish(make(verdict_kind::ok, {}));
