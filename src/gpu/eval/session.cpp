@@ -671,11 +671,17 @@ expected<std::unique_ptr<device_session>, error> device_session::open(session_co
     return unexpected(error{fmt::format("could not start the worker '{}' for device {}: {}", wc.program, config.device,
                                         started.error().message)});
   if (!config.assumed_device) {
-    const json hello = s->worker->info().hello;
-    const json dev = hello.value("device", json::object());
-    if (dev.is_object() && dev.value("name", std::string()) == "none")
-      return unexpected(error{fmt::format("no GPU: the worker for device {} reports: {}", config.device,
-                                          dev.value("error", std::string("no device")))});
+    // The hello is open (json_fields.hpp): only its device's name and error are read here.
+    namespace d = specgen::detail;
+    const json* dev = d::present(s->worker->info().hello, "device");
+    try {
+      if (dev != nullptr && dev->is_object() &&
+          d::nested_in("device", [&] { return d::key_or(*dev, "name", std::string()) == "none"; }))
+        return unexpected(error{fmt::format("no GPU: the worker for device {} reports: {}", config.device,
+                                            d::nested_in("device", [&] { return d::key_or(*dev, "error", std::string("no device")); }))});
+    } catch (const d::json_read_error& e) {
+      return unexpected(e.at(fmt::format("the hello of the worker for device {}", config.device)));
+    }
   }
   s->config = std::move(config);
   return std::unique_ptr<device_session>(new device_session(std::move(s)));

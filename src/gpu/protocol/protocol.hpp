@@ -251,6 +251,17 @@ inline constexpr std::size_t bulk_threshold_bytes = std::size_t{1} << 20;
   return r;
 }
 
+/// The text of a log frame (`{"text": ...}`); the whole JSON when it has no text.
+[[nodiscard]] inline expected<std::string, decode_error> read_log(const frame& f) {
+  auto body = decode_body(f.payload);
+  if (!body) return unexpected(body.error());
+  std::string text = body->json.dump();
+  specgen::detail::field_reader in(body->json, "log body", "");
+  in.optional("text", text);
+  if (!in.ok()) return unexpected(detail::bad_body(in.failure()->what()));
+  return text;
+}
+
 /**
  * Turns a byte stream cut anywhere into frames.
  *

@@ -214,6 +214,12 @@ TEST_CASE("a body key of the wrong type is a bad_body error naming its JSON poin
   auto refused = read_response({message_type::response, 1, encode_body({{"ok", false}, {"took_ms", 3}})});
   REQUIRE(refused);
   CHECK(refused->error == "(no error message)");
+
+  CHECK(read_log({message_type::log, 0, encode_body({{"text", "hi"}, {"level", 2}})}).value() == "hi");
+  CHECK(read_log({message_type::log, 0, encode_body({{"level", 2}})}).value() == R"({"level":2})");
+  auto log = read_log({message_type::log, 0, encode_body({{"text", 5}})});
+  REQUIRE_FALSE(log);
+  CHECK(log.error().message == "log body: /text: expected a string, found number 5");
 }
 
 TEST_CASE("random bytes never crash the decoder") {
