@@ -429,6 +429,10 @@ inline expected<report_run, error> load_report_run(const std::filesystem::path& 
       error err = e.at(journal.string(), lines[i]);
       err.message += fmt::format(" (in the {} record)", records[i]["type"].get<std::string>());
       return unexpected(std::move(err));
+    } catch (const std::exception& e) {
+      return unexpected(error{.message = fmt::format("cannot read the {} record: {}", records[i]["type"].get<std::string>(), e.what()),
+                              .file = journal.string(),
+                              .line = static_cast<int>(std::min<std::size_t>(lines[i], INT_MAX))});
     }
   }
   if (!results.empty() && std::filesystem::exists(results)) {
