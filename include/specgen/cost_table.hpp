@@ -265,12 +265,12 @@ void to_json(Json& j, const profile_params& p) {
   j["overhead_s"] = p.overhead_s;
 }
 
-/// For `json.get<profile_params>()`; throws `nlohmann::json::type_error` (the
-/// convention of json.hpp) with the message `parse_cost_table` would give.
-/// Missing fields keep their defaults.
+/// For `json.get<profile_params>()`; throws `detail::json_read_error` (the
+/// convention of json.hpp) with the pointer and problem `parse_cost_table`
+/// would give. Missing fields keep their defaults.
 inline void from_json(const nlohmann::json& j, profile_params& p) {
   auto r = detail::parse_profile(j, "profile_params", "");
-  if (!r) throw nlohmann::json::type_error::create(302, r.error().message, &j);
+  if (!r) throw detail::json_read_error(r.error());
   p = *r;
 }
 

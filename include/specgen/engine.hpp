@@ -411,9 +411,9 @@ run_result engine<B, E, C>::run() {
   duration all_busy = busy, all_capacity = capacity;
   for (const auto& seg : earlier_) {
     r.segments.push_back({.start_seconds = to_seconds(seg.start), .end_seconds = to_seconds(seg.last), .completed = seg.completed});
-    if (seg.completed && seg.summary.contains("device_busy_ns") && seg.summary.contains("device_capacity_ns")) {
-      all_busy += duration(seg.summary["device_busy_ns"].get<std::int64_t>());
-      all_capacity += duration(seg.summary["device_capacity_ns"].get<std::int64_t>());
+    if (seg.completed && seg.device_busy && seg.device_capacity) {
+      all_busy += *seg.device_busy;
+      all_capacity += *seg.device_capacity;
     } else {
       r.pool_utilization_whole_run = false;
     }

@@ -18,6 +18,7 @@
 /// (no regular expressions, no backtracking), safe on NUL bytes, CRLF line
 /// ends, megabyte-long lines and unterminated constructs.
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/expected.hpp>
 
 #include <fmt/format.h>
@@ -642,12 +643,11 @@ struct extract_options {
 inline void to_json(nlohmann::json& j, const extract_options& o) {
   j = nlohmann::json{{"require_plan", o.require_plan}, {"allow_inline_code", o.allow_inline_code}};
 }
-/// Absent keys keep their defaults; a key of the wrong type throws `nlohmann::json::type_error`.
+/// Open (json.hpp's conventions): absent keys keep their defaults, unknown
+/// keys are ignored, and a key of the wrong type throws `detail::json_read_error`.
 inline void from_json(const nlohmann::json& j, extract_options& o) {
-  if (!j.is_object())
-    throw nlohmann::json::type_error::create(302, fmt::format("extract_options must be an object, got {}", j.type_name()), &j);
-  for (auto [key, field] : {std::pair{"require_plan", &o.require_plan}, std::pair{"allow_inline_code", &o.allow_inline_code}})
-    if (auto it = j.find(key); it != j.end() && !it->is_null()) *field = it->get<bool>();
+  detail::read_key(j, "require_plan", o.require_plan);
+  detail::read_key(j, "allow_inline_code", o.allow_inline_code);
 }
 
 /// Why no candidate could be extracted.

@@ -21,6 +21,7 @@
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/files.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/evaluator.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/json.hpp>
@@ -132,7 +133,11 @@ struct journal_mismatch : std::runtime_error {
 /// Calls `fn(line_number, record)` for every complete record of a journal, in
 /// order. An unterminated last line is torn (the run was killed while writing
 /// it): it is skipped and its line number returned. Any other line that is not
-/// a record, or that `fn` rejects, is an error naming the line.
+/// a record, or that `fn` rejects, is an error naming the file and the line
+/// (`error::file`, `error::line`) and, for a value of the wrong type, its JSON
+/// pointer in the record (`error::where`): `fn` throws `json_read_error`
+/// (json_fields.hpp) for that, `journal_inconsistency` for a record that
+/// contradicts earlier ones and `journal_mismatch` for one of another run.
 template <class Fn>
 expected<std::optional<std::size_t>, error> for_each_record(const std::filesystem::path& path, Fn&& fn) {
   // A regular file only (a FIFO would block, a device never end), lines of at most 64 MiB.
@@ -147,28 +152,35 @@ expected<std::optional<std::size_t>, error> for_each_record(const std::filesyste
     ++number;
     // Only the last line can end without a newline: the run was killed while writing it.
     if (*got == line_reader::unterminated) return std::optional<std::size_t>(number);
-    std::string what;
+    error damage{.message = {}, .file = path.string(), .line = static_cast<int>(std::min<std::size_t>(number, INT_MAX))};
     try {
-      auto record = nlohmann::json::parse(line);
-      if (!record.is_object()) throw journal_inconsistency("a record must be a JSON object");
-      if (!record.contains("type") || !record["type"].is_string())
-        throw journal_inconsistency("the record has no string \"type\"");
-      if (!record.contains("t_ns") || !record["t_ns"].is_number_integer())
-        throw journal_inconsistency("the record has no integral \"t_ns\"");
+      nlohmann::json record;
+      try {
+        record = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::parse_error& e) {
+        throw journal_inconsistency("not valid JSON: " + without_exception_tag(e.what()));
+      }
+      if (!record.is_object()) throw json_read_error({}, wrong_type_problem("a record (a JSON object)", record));
+      (void)required_key<std::string>(record, "type");
+      (void)required_key<std::int64_t>(record, "t_ns");
       fn(number, record);
       continue;
     } catch (const journal_mismatch& e) {
-      return unexpected(error{fmt::format("{}:{}: {}", path.string(), number, e.what())});
-    } catch (const nlohmann::json::exception& e) {
-      what = e.what();
+      damage.message = e.what();
+      return unexpected(std::move(damage));
+    } catch (const json_read_error& e) {
+      damage = e.at(damage.file, number);
     } catch (const journal_inconsistency& e) {
-      what = e.what();
+      damage.message = e.what();
+    } catch (const nlohmann::json::exception& e) {
+      damage.message = without_exception_tag(e.what());
     }
-    return unexpected(error{fmt::format(
-        "{}:{}: {}. The journal is damaged before its end, so resuming from it could lose or "
-        "invent work: restore it from a copy, or keep only the records before this line "
-        "(head -n {} {} > fixed.jsonl) and accept losing the ones after it",
-        path.string(), number, what, number - 1, path.string())});
+    damage.message += fmt::format(
+        ". The journal is damaged before its end, so resuming from it could lose or invent work: restore it from "
+        "a copy, or keep only the records before this line (head -n {} {} > fixed.jsonl) and accept losing the "
+        "ones after it",
+        number - 1, path.string());
+    return unexpected(std::move(damage));
   }
   return std::optional<std::size_t>{};
 }
@@ -465,6 +477,9 @@ struct journal_segment {
   timestamp last{0};             ///< its latest record's time
   bool completed = false;        ///< it wrote run_end; otherwise it was killed after `last`
   nlohmann::json summary{};      ///< run_end's fields
+  /// run_end's `device_busy_ns` and `device_capacity_ns`: the segment's
+  /// device time, busy and available; none when run_end did not say.
+  std::optional<duration> device_busy{}, device_capacity{};
 };
 
 /// Everything a resumed run needs from a journal (see docs/journal.md).
@@ -503,50 +518,56 @@ struct journal_state {
 
 namespace detail {
 
+// The records are read as an open format (json_fields.hpp): a key this
+// version does not read is ignored and an optional key that is missing takes
+// its default, so a journal written by a newer version stays readable. A key
+// of the wrong type throws json_read_error, which for_each_record reports with
+// the line and the key's JSON pointer.
+
 inline journaled_candidate& known_candidate(journal_state& s, const nlohmann::json& r) {
-  const auto id = r.at("candidate").get<candidate_id>();
+  const auto id = required_key<candidate_id>(r, "candidate");
   auto it = s.candidates.find(id);
   if (it == s.candidates.end())
     throw journal_inconsistency(fmt::format("{} record for candidate {}, which no earlier candidate record introduces",
-                                            r.at("type").get<std::string>(), id));
+                                            required_key<std::string>(r, "type"), id));
   return it->second;
 }
 
 /// Folds a stage result into what is known of its candidate.
 inline void apply_stage_result(journal_state& s, journaled_candidate& jc, const nlohmann::json& r) {
-  const auto st = r.at("stage").get<stage>();
+  const auto st = required_key<stage>(r, "stage");
   evaluation ev = jc.result.value_or(evaluation{});
   ev.id = jc.cand.id;
-  ev.result = r.at("result").get<verdict>();
-  if (st == stage::compile) ev.compile = r.value("compile", compile_report{});
-  detail::read(r, "timing", ev.timing);
+  ev.result = required_key<verdict>(r, "result");
+  if (st == stage::compile) ev.compile = key_or(r, "compile", compile_report{});
+  read_key(r, "timing", ev.timing);
   const bool final_result = ends_pipeline(st, ev.result.kind);
   if (ev.result.kind == verdict_kind::ok && st != stage::profile) {
-    auto& js = s.searches[r.at("search").get<int>()];
+    auto& js = s.searches[required_key<int>(r, "search")];
     ++(st == stage::compile ? js.compiled_ok : js.validated_ok);
   }
   jc.status = final_result ? candidate_status::evaluated : candidate_status::pending;
   jc.last_stage = st;
   if (final_result) s.evaluations_by_hash[jc.cand.content_hash()] = ev;
   if (st == stage::profile && ev.result.kind == verdict_kind::ok && ev.timing)
-    s.searches[r.at("search").get<int>()].history.push_back({jc.cand.id, jc.cand.prov.round, ev.timing->speedup});
+    s.searches[required_key<int>(r, "search")].history.push_back({jc.cand.id, jc.cand.prov.round, ev.timing->speedup});
   jc.result = std::move(ev);
 }
 
 /// The identity a run_start record carries. Records written before run
 /// identities have no `format`: they are format 1.
 inline run_identity identity_of(const nlohmann::json& r) {
-  return run_identity{.format = r.value("format", 1),
-                      .corpus = r.value("corpus", std::string{}),
-                      .seed = r.at("seed").get<std::uint64_t>(),
-                      .config = r.value("config", nlohmann::json::object())};
+  return run_identity{.format = key_or(r, "format", 1),
+                      .corpus = key_or(r, "corpus", std::string{}),
+                      .seed = required_key<std::uint64_t>(r, "seed"),
+                      .config = key_or(r, "config", nlohmann::json::object())};
 }
 
 /// Folds a run_start: another format, or another run than the journal's
 /// first, is refused.
 inline void apply_run_start(journal_state& s, const nlohmann::json& r, std::size_t line, timestamp t) {
   auto id = identity_of(r);
-  const auto version = r.value("version", std::string("unknown"));
+  const auto version = key_or(r, "version", std::string("unknown"));
   if (id.format != journal_format)
     throw journal_mismatch(fmt::format(
         "the journal is in format {} (written by specgen {}), and this specgen reads format {}: finish that run "
@@ -576,26 +597,27 @@ inline void apply_run_start(journal_state& s, const nlohmann::json& r, std::size
 /// ignored, so a journal written by a newer version stays readable.
 inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t line) {
   namespace rec = journal_records;
-  const auto type = r.at("type").get<std::string>();
-  const timestamp t(r.at("t_ns").get<std::int64_t>());
+  const auto type = required_key<std::string>(r, "type");
+  const auto t = required_key<timestamp>(r, "t_ns");
   s.last_t = std::max(s.last_t, t);
   ++s.records;
   if (!s.segments.empty()) s.segments.back().last = std::max(s.segments.back().last, t);
-  auto search_of = [&]() -> journaled_search& { return s.searches[r.at("search").get<int>()]; };
+  auto search_of = [&]() -> journaled_search& { return s.searches[required_key<int>(r, "search")]; };
   if (type == rec::run_start) {
     apply_run_start(s, r, line, t);
   } else if (type == rec::search_start) {
-    s.searches[r.at("search").get<int>()].task = r.at("task").get<std::string>();
+    auto& search = search_of();
+    search.task = required_key<std::string>(r, "task");
   } else if (type == rec::round_start) {
-    auto& search = s.searches[r.at("search").get<int>()];
-    search.last_round_started = std::max(search.last_round_started, r.at("round").get<int>());
+    auto& search = search_of();
+    search.last_round_started = std::max(search.last_round_started, required_key<int>(r, "round"));
   } else if (type == rec::round_end) {
-    auto& search = s.searches[r.at("search").get<int>()];
-    search.rounds_completed = std::max(search.rounds_completed, r.at("round").get<int>() + 1);
-    search.generated_tokens = r.value("generated_tokens", search.generated_tokens);
-    search.tokens = r.value("usage", search.tokens);
+    auto& search = search_of();
+    search.rounds_completed = std::max(search.rounds_completed, required_key<int>(r, "round") + 1);
+    read_key(r, "generated_tokens", search.generated_tokens);
+    read_key(r, "usage", search.tokens);
   } else if (type == rec::candidate) {
-    auto c = r.at("candidate").get<candidate>();
+    auto c = required_key<candidate>(r, "candidate");
     auto [it, fresh] = s.candidates.try_emplace(c.id, journaled_candidate{.cand = c});
     // A resumed run may journal a pending candidate again; only a different
     // kernel under the same id is a contradiction.
@@ -603,24 +625,18 @@ inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t 
       throw journal_inconsistency(fmt::format("candidate {} recorded twice with different source or plan", c.id));
     s.next_candidate_id = std::max(s.next_candidate_id, c.id + 1);
   } else if (type == rec::extract_failed) {
-    auto& search = s.searches[r.at("search").get<int>()];
+    auto& search = search_of();
     ++search.extract_failures;
     extract_miss m;
-    m.prov.search = r.at("search").get<int>();
-    m.prov.round = r.value("round", 0);
-    m.prov.lane = r.value("lane", 0);
-    if (auto o = r.find("origin"); o != r.end()) m.prov.from = o->get<origin>();
-    m.prov.trigger = r.value("trigger", std::string{});
-    m.prov.prefix_tokens = r.value("prefix_tokens", std::uint64_t{0});
-    m.prov.sample = r.value("sample", 0);
-    m.reason = r.value("reason", std::string{});
-    m.message = r.value("message", std::string{});
-    m.excerpt = r.value("excerpt", std::string{});
+    read_json(r, m.prov);  // the record's search, round, lane, origin, trigger, prefix_tokens and sample
+    read_key(r, "reason", m.reason);
+    read_key(r, "message", m.message);
+    read_key(r, "excerpt", m.excerpt);
     search.misses.push_back(std::move(m));
   } else if (type == rec::evaluation) {
     auto& jc = known_candidate(s, r);
-    if (r.value("reused", false)) {
-      auto ev = r.at("evaluation").get<evaluation>();
+    if (key_or(r, "reused", false)) {
+      auto ev = required_key<evaluation>(r, "evaluation");
       ev.id = jc.cand.id;
       s.evaluations_by_hash.try_emplace(jc.cand.content_hash(), ev);
       jc.status = candidate_status::evaluated;
@@ -632,26 +648,32 @@ inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t 
   } else if (type == rec::cancelled) {
     auto& jc = known_candidate(s, r);
     jc.status = candidate_status::cancelled;
-    jc.cancel_reason = r.value("why", std::string{});
+    jc.cancel_reason = key_or(r, "why", std::string{});
   } else if (type == rec::search_end) {
-    auto& search = s.searches[r.at("search").get<int>()];
+    auto& search = search_of();
     search.ended = true;
     search.ended_at = t;
-    search.end_reason = r.value("reason", std::string{});
-    search.rounds_completed = std::max(search.rounds_completed, r.value("rounds", 0));
-    search.generated_tokens = r.value("generated_tokens", search.generated_tokens);
-    search.tokens = r.value("usage", search.tokens);
+    search.end_reason = key_or(r, "reason", std::string{});
+    search.rounds_completed = std::max(search.rounds_completed, key_or(r, "rounds", 0));
+    read_key(r, "generated_tokens", search.generated_tokens);
+    read_key(r, "usage", search.tokens);
   } else if (type == rec::run_end) {
+    std::optional<std::vector<usage>> by_search;
+    read_key(r, "usage_by_search", by_search);
+    std::optional<duration> busy, capacity;
+    read_key(r, "device_busy_ns", busy);
+    read_key(r, "device_capacity_ns", capacity);
     s.run_ended = true;
     s.run_summary = r;
     for (const char* key : {"type", "t_ns", "t"}) s.run_summary.erase(key);
     // Streams cancelled at a search's end report their usage after its search_end.
-    if (r.contains("usage_by_search"))
-      for (std::size_t i = 0; i < r["usage_by_search"].size(); ++i)
-        s.searches[static_cast<int>(i)].tokens = r["usage_by_search"][i].get<usage>();
+    if (by_search)
+      for (std::size_t i = 0; i < by_search->size(); ++i) s.searches[static_cast<int>(i)].tokens = (*by_search)[i];
     if (!s.segments.empty()) {
       s.segments.back().completed = true;
       s.segments.back().summary = s.run_summary;
+      s.segments.back().device_busy = busy;
+      s.segments.back().device_capacity = capacity;
     }
   } else if (type == rec::fork) {
     ++search_of().forks;
@@ -664,7 +686,7 @@ inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t 
     if (!js.target_reached_at) js.target_reached_at = t;
   } else if (type == rec::stream_error || type == rec::fork_error) {
     auto& js = search_of();
-    if (js.stream_failures++ == 0) js.first_stream_error = r.value("error", std::string{});
+    if (js.stream_failures++ == 0) js.first_stream_error = key_or(r, "error", std::string{});
   }
 }
 

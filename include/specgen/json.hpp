@@ -9,10 +9,17 @@
 ///   reference, say) is the string `"inf"`, `"-inf"` or `"nan"`, because JSON
 ///   has no such numbers and nlohmann would silently write `null`;
 /// - an empty `std::optional` is an absent key;
-/// - reading, an absent key keeps the field's default (so a config may name
-///   only what it changes), unknown keys are ignored (so newer journals stay
-///   readable), and a present key of the wrong type or an unknown enum name
-///   throws `nlohmann::json::type_error` naming what is accepted.
+/// - reading, an absent (or null) key keeps the field's default (so a config
+///   may name only what it changes), unknown keys are ignored (so newer
+///   journals stay readable: the format is deliberately open), and a present
+///   key of the wrong type or an unknown enum name throws
+///   `detail::json_read_error` (a `nlohmann::json::exception`) naming the JSON
+///   pointer of the value and what is accepted: reading
+///   `{"result": {"mismatch": {"max_abs": true}}}` as an evaluation says
+///   "/result/mismatch/max_abs: expected a number (or "inf", "-inf", "nan"), found boolean true".
+///   The readers of whole files (load_journal, load_report_runs) turn it into
+///   an `error` that also names the file and line. json_fields.hpp holds the
+///   shared reading pieces.
 ///
 /// @code
 ///   nlohmann::json j = specgen::verdict{.kind = specgen::verdict_kind::fault, .summary = "illegal address"};
@@ -22,6 +29,7 @@
 /// @endcode
 #include <specgen/backend.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/names.hpp>
 #include <specgen/task.hpp>
 #include <specgen/types.hpp>
@@ -52,18 +60,6 @@ inline json number(double v) {
   return v;
 }
 
-inline double number_from(const json& j) {
-  if (j.is_string()) {
-    const auto& s = j.get_ref<const std::string&>();
-    if (s == "inf") return HUGE_VAL;
-    if (s == "-inf") return -HUGE_VAL;
-    if (s == "nan") return std::nan("");
-    throw json::type_error::create(
-        302, fmt::format("expected a number or \"inf\", \"-inf\", \"nan\", got \"{}\"", s), &j);
-  }
-  return j.get<double>();
-}
-
 inline json numbers(const std::vector<double>& v) {
   json out = json::array();
   for (double x : v) out.push_back(number(x));
@@ -76,61 +72,14 @@ inline json numbers(const std::map<std::string, double>& m) {
   return out;
 }
 
-/// The value at `key`, or nullptr when absent or null.
-inline const json* field(const json& j, const char* key) {
-  if (!j.is_object())
-    throw json::type_error::create(302, fmt::format("expected an object, got {}", j.type_name()), &j);
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
+/// Reads key `key` of `j` into `out`: the shared reader of the open formats
+/// (json_fields.hpp's `read_key`), under the name the `from_json` overloads
+/// of this library use. An absent or null key keeps `out`'s value (an
+/// optional becomes empty); a value of the wrong type throws
+/// `json_read_error`, whose pointer names the key, nested as deep as it is.
 template <class T>
-void read(const json& j, const char* key, T& out) {
-  if (const json* v = field(j, key)) out = v->get<T>();
-}
-
-inline void read(const json& j, const char* key, double& out) {
-  if (const json* v = field(j, key)) out = number_from(*v);
-}
-
-inline void read(const json& j, const char* key, std::vector<double>& out) {
-  if (const json* v = field(j, key)) {
-    out.clear();
-    for (const auto& x : v->get_ref<const json::array_t&>()) out.push_back(number_from(x));
-  }
-}
-
-inline void read(const json& j, const char* key, std::map<std::string, double>& out) {
-  if (const json* v = field(j, key)) {
-    out.clear();
-    for (const auto& [k, x] : v->get_ref<const json::object_t&>()) out[k] = number_from(x);
-  }
-}
-
-inline void read(const json& j, const char* key, std::chrono::nanoseconds& out) {
-  if (const json* v = field(j, key)) out = std::chrono::nanoseconds(v->get<std::int64_t>());
-}
-
-template <class T>
-void read(const json& j, const char* key, std::optional<T>& out) {
-  if (const json* v = field(j, key)) {
-    out = v->get<T>();
-  } else {
-    out.reset();
-  }
-}
-
-template <class Enum, std::size_t N>
-void enum_from_json(const json& j, Enum& out, const std::array<std::string_view, N>& names, std::string_view what) {
-  if (!j.is_string())
-    throw json::type_error::create(
-        302, fmt::format("{} must be one of {}, got {}", what, name_list(names), j.dump()), &j);
-  const auto& s = j.get_ref<const std::string&>();
-  auto v = parse_name<Enum>(names, s);
-  if (!v)
-    throw json::type_error::create(
-        302, fmt::format("unknown {} \"{}\"; expected one of {}", what, s, name_list(names)), &j);
-  out = *v;
+void read(const json& j, std::string_view key, T& out) {
+  read_key(j, key, out);
 }
 
 /// 16 lower-case hex digits: how content hashes appear in journals.
@@ -142,25 +91,23 @@ inline std::string hex(std::uint64_t h) { return fmt::format("{:016x}", h); }
 
 inline void to_json(nlohmann::json& j, verdict_kind v) { j = to_string(v); }
 inline void from_json(const nlohmann::json& j, verdict_kind& v) {
-  detail::enum_from_json(j, v, verdict_names, "verdict");
+  detail::read_name(j, v, verdict_names, "verdict");
 }
 inline void to_json(nlohmann::json& j, origin o) { j = to_string(o); }
-inline void from_json(const nlohmann::json& j, origin& o) { detail::enum_from_json(j, o, origin_names, "origin"); }
+inline void from_json(const nlohmann::json& j, origin& o) { detail::read_name(j, o, origin_names, "origin"); }
 inline void to_json(nlohmann::json& j, stage s) { j = to_string(s); }
-inline void from_json(const nlohmann::json& j, stage& s) { detail::enum_from_json(j, s, stage_names, "stage"); }
+inline void from_json(const nlohmann::json& j, stage& s) { detail::read_name(j, s, stage_names, "stage"); }
 inline void to_json(nlohmann::json& j, finish_reason r) { j = to_string(r); }
 inline void from_json(const nlohmann::json& j, finish_reason& r) {
-  detail::enum_from_json(j, r, finish_reason_names, "finish reason");
+  detail::read_name(j, r, finish_reason_names, "finish reason");
 }
 inline void to_json(nlohmann::json& j, dtype t) { j = to_string(t); }
-inline void from_json(const nlohmann::json& j, dtype& t) { detail::enum_from_json(j, t, dtype_names, "dtype"); }
+inline void from_json(const nlohmann::json& j, dtype& t) { detail::read_name(j, t, dtype_names, "dtype"); }
 inline void to_json(nlohmann::json& j, const distribution& d) { j = to_string(d); }
 inline void from_json(const nlohmann::json& j, distribution& d) {
-  if (!j.is_string())
-    throw nlohmann::json::type_error::create(302, fmt::format("a distribution must be a string, got {}", j.dump()), &j);
+  if (!j.is_string()) throw detail::json_read_error({}, detail::wrong_type_problem("a distribution (a string)", j));
   auto parsed = parse_distribution(j.get_ref<const std::string&>());
-  if (!parsed)
-    throw nlohmann::json::type_error::create(302, distribution_error(j.get_ref<const std::string&>()), &j);
+  if (!parsed) throw detail::json_read_error({}, distribution_error(j.get_ref<const std::string&>()));
   d = *parsed;
 }
 

@@ -21,6 +21,7 @@
 /// adds the evaluator's name and the run's summary. The page's data model is
 /// documented in docs/report.md.
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/detail/report_page.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/journal.hpp>
@@ -29,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -83,23 +85,24 @@ class names {
   std::vector<std::string> list_;
 };
 
-template <class T>
-T field(const json& j, std::string_view key, T fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    return fallback;
-  }
+/// A number that may be written as "inf" / "nan" (docs/journal.md): null when
+/// absent or not finite; a value of another type throws json_read_error.
+inline json finite(const json& j, std::string_view key) {
+  std::optional<double> v;
+  read_key(j, key, v);
+  return v && std::isfinite(*v) ? json(*v) : json(nullptr);
 }
 
-/// A number that may be written as "inf" / "nan" (docs/journal.md): null when not finite.
-inline json finite(const json& j, std::string_view key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return nullptr;
-  const double v = it->get<double>();
-  return std::isfinite(v) ? json(v) : json(nullptr);
+/// The speedup of the `timing` object of `j` (an evaluation record or an evaluation), if any.
+inline json speedup_in(const json& j) {
+  if (present(j, "timing") == nullptr) return nullptr;
+  return within(j, "timing", [](const json& timing) { return finite(timing, "speedup"); });
+}
+
+/// The verdict's kind of the `result` object of `j`, by name: the report shows
+/// kinds a newer version adds as they are.
+inline std::string kind_in(const json& j) {
+  return within(j, "result", [](const json& v) { return required_key<std::string>(v, "kind"); });
 }
 
 struct fork_span {
@@ -131,85 +134,93 @@ struct candidate_info {
 };
 
 /// Builds one run's page data from its journal records, in file order. Like
-/// resuming, it reads the journal format as deliberately open: keys and
-/// record types it does not know are ignored, and a missing key takes a
-/// default, so the report reads journals of older and newer versions.
+/// resuming, it reads the journal format as deliberately open (json_fields.hpp):
+/// keys and record types it does not know are ignored, and a missing optional
+/// key takes a default, so the report reads journals of older and newer
+/// versions. A key of the wrong type is an error, never a silent default.
 class builder {
  public:
   explicit builder(std::size_t max_source) : max_source_(max_source) {}
 
-  /// One record; throws std::runtime_error with what is wrong.
+  /// One record; throws json_read_error naming the JSON pointer of what is wrong.
   void add(const json& r) {
-    const std::string type = r.at("type").get<std::string>();
-    const std::int64_t t = r.at("t_ns").get<std::int64_t>();
+    const auto type = required_key<std::string>(r, "type");
+    const auto t = required_key<std::int64_t>(r, "t_ns");
     end_ns_ = std::max(end_ns_, t);
     if (type == journal_records::search_start) {
-      auto& s = search(r.at("search").get<int>());
-      s.task = field<std::string>(r, "task", s.task);
+      auto& s = search(required_key<int>(r, "search"));
+      read_key(r, "task", s.task);
     } else if (type == journal_records::round_start) {
-      search(r.at("search").get<int>()).round_started[r.at("round").get<int>()] = t;
+      auto& s = search(required_key<int>(r, "search"));
+      s.round_started[required_key<int>(r, "round")] = t;
     } else if (type == journal_records::round_end) {
-      auto& s = search(r.at("search").get<int>());
-      const int round = r.at("round").get<int>();
-      const std::string reason = field<std::string>(r, "reason", "");
+      auto& s = search(required_key<int>(r, "search"));
+      const int round = required_key<int>(r, "round");
+      const auto reason = key_or(r, "reason", std::string());
       auto started = s.round_started.find(round);
       const std::int64_t t0 = started == s.round_started.end() ? t : started->second;
-      s.streams.push_back(json::array({field<int>(r, "lane", 0), seconds(t0), seconds(t), round, reason}));
+      s.streams.push_back(json::array({key_or(r, "lane", 0), seconds(t0), seconds(t), round, reason}));
       s.round_ends.push_back(json::array({seconds(t), round, reason}));
-      s.tokens = field<std::int64_t>(r, "generated_tokens", s.tokens);
+      read_key(r, "generated_tokens", s.tokens);
       s.rounds = std::max<std::int64_t>(s.rounds, round + 1);
     } else if (type == journal_records::fork) {
-      auto& s = search(r.at("search").get<int>());
+      auto& s = search(required_key<int>(r, "search"));
       ++s.forks;
-      fork_span f{.lane = field<int>(r, "lane", 0),
-                  .round = field<int>(r, "round", 0),
+      fork_span f{.lane = key_or(r, "lane", 0),
+                  .round = key_or(r, "round", 0),
                   .trigger = 0,
-                  .prefix_tokens = field<std::int64_t>(r, "prefix_tokens", 0),
-                  .samples = field<std::int64_t>(r, "samples", 1),
-                  .trigger_name = field<std::string>(r, "trigger", "unknown"),
+                  .prefix_tokens = key_or<std::int64_t>(r, "prefix_tokens", 0),
+                  .samples = key_or<std::int64_t>(r, "samples", 1),
+                  .trigger_name = key_or(r, "trigger", std::string("unknown")),
                   .t0 = t,
                   .t1 = t};
       f.trigger = triggers_(f.trigger_name);
       s.forks_seen.push_back(std::move(f));
     } else if (type == journal_records::terminated) {
-      auto& s = search(r.at("search").get<int>());
+      auto& s = search(required_key<int>(r, "search"));
       ++s.terminations;
-      s.terminations_at.push_back(json::array({seconds(t), field<int>(r, "lane", 0), field<std::int64_t>(r, "by", 0)}));
+      s.terminations_at.push_back(json::array({seconds(t), key_or(r, "lane", 0), key_or<std::int64_t>(r, "by", 0)}));
     } else if (type == journal_records::candidate) {
-      const json& c = r.at("candidate");
-      const json& prov = c.at("prov");
-      auto& s = search(prov.at("search").get<int>());
-      ++s.candidates;
-      candidates_[c.at("id").get<std::int64_t>()] = {.search = s.id,
-                                                     .source = field<std::string>(c, "source", ""),
-                                                     .plan = field<std::string>(c, "plan", ""),
-                                                     .created_ns = t};
-      fork_ended(s, prov, t);
+      within(r, "candidate", [&](const json& c) {
+        const auto id = required_key<std::int64_t>(c, "id");
+        const auto prov = required_key<provenance>(c, "prov");
+        auto& s = search(prov.search);
+        ++s.candidates;
+        candidates_[id] = {.search = s.id,
+                           .source = key_or(c, "source", std::string()),
+                           .plan = key_or(c, "plan", std::string()),
+                           .created_ns = t};
+        fork_ended(s, prov, t);
+      });
     } else if (type == journal_records::extract_failed) {
-      fork_ended(search(r.at("search").get<int>()), r, t);
+      auto& s = search(required_key<int>(r, "search"));
+      provenance prov;
+      read_json(r, prov);  // the record's round, lane, origin, trigger, prefix_tokens, sample
+      fork_ended(s, prov, t);
     } else if (type == journal_records::evaluation) {
       evaluation(r, t);
     } else if (type == journal_records::search_end) {
-      auto& s = search(r.at("search").get<int>());
+      auto& s = search(required_key<int>(r, "search"));
       s.end_ns = t;
-      s.end_reason = field<std::string>(r, "reason", "");
+      s.end_reason = key_or(r, "reason", std::string());
       s.best_speedup = finite(r, "best_speedup");
-      s.best = field<std::int64_t>(r, "best", 0);
-      s.rounds = field<std::int64_t>(r, "rounds", s.rounds);
-      s.tokens = field<std::int64_t>(r, "generated_tokens", s.tokens);
+      s.best = key_or<std::int64_t>(r, "best", 0);
+      read_key(r, "rounds", s.rounds);
+      read_key(r, "generated_tokens", s.tokens);
     } else if (type == journal_records::run_end) {
       summary_ = {{"e2e_s", finite(r, "e2e_seconds")},
-                  {"tokens", field<std::int64_t>(r, "generated_tokens", 0)},
-                  {"profiled", field<std::int64_t>(r, "profiled_kernels", 0)},
+                  {"tokens", key_or<std::int64_t>(r, "generated_tokens", 0)},
+                  {"profiled", key_or<std::int64_t>(r, "profiled_kernels", 0)},
                   {"pool_utilization", finite(r, "pool_utilization")},
-                  {"stream_failures", field<std::int64_t>(r, "stream_failures", 0)}};
+                  {"stream_failures", key_or<std::int64_t>(r, "stream_failures", 0)}};
     }
     // Other record types (run_start, prompt, cancelled, ...) add nothing the views show.
   }
 
   /// results.json of the same run: the evaluator's name and the run's summary.
+  /// Open like the journal; throws json_read_error for a key of the wrong type.
   void add_results(const json& results) {
-    evaluator_ = field<std::string>(results, "evaluator", evaluator_);
+    read_key(results, "evaluator", evaluator_);
     if (auto g = finite(results, "best_speedup_geomean"); !g.is_null()) summary_["geomean"] = g;
     if (auto e = finite(results, "e2e_seconds"); !e.is_null()) summary_["e2e_s"] = e;
     if (auto u = finite(results, "pool_utilization"); !u.is_null()) summary_["pool_utilization"] = u;
@@ -291,45 +302,40 @@ class builder {
   }
 
   /// A fork's candidates and failed extractions end it: the latest one is its end.
-  static void fork_ended(search_acc& s, const json& prov, std::int64_t t) {
-    if (field<std::string>(prov, "origin", "") != "fork") return;
-    const int lane = field<int>(prov, "lane", 0), round = field<int>(prov, "round", 0);
-    const auto prefix = field<std::int64_t>(prov, "prefix_tokens", -1);
-    const std::string trigger = field<std::string>(prov, "trigger", "");
+  static void fork_ended(search_acc& s, const provenance& prov, std::int64_t t) {
+    if (prov.from != origin::fork) return;
     for (auto f = s.forks_seen.rbegin(); f != s.forks_seen.rend(); ++f)
-      if (f->lane == lane && f->round == round && f->prefix_tokens == prefix && f->trigger_name == trigger) {
+      if (f->lane == prov.lane && f->round == prov.round && f->prefix_tokens >= 0 &&
+          static_cast<std::uint64_t>(f->prefix_tokens) == prov.prefix_tokens && f->trigger_name == prov.trigger) {
         f->t1 = std::max(f->t1, t);
         return;
       }
   }
 
   void evaluation(const json& r, std::int64_t t) {
-    auto& s = search(r.at("search").get<int>());
-    const std::int64_t cand = r.at("candidate").get<std::int64_t>();
-    if (field<bool>(r, "reused", false)) {
+    auto& s = search(required_key<int>(r, "search"));
+    const auto cand = required_key<std::int64_t>(r, "candidate");
+    if (key_or(r, "reused", false)) {
       // An identical kernel's evaluation: the candidate's final verdict, no device time.
-      const json& e = r.at("evaluation");
-      final_verdict(s, e.at("result").at("kind").get<std::string>(), e.contains("timing") ? &e["timing"] : nullptr,
-                    t, "profile");
+      within(r, "evaluation", [&](const json& e) { final_verdict(s, kind_in(e), speedup_in(e), t, "profile"); });
       return;
     }
-    const std::string stage = r.at("stage").get<std::string>();
-    const std::string kind = r.at("result").at("kind").get<std::string>();
-    const auto busy = field<std::int64_t>(r, "busy_ns", 0);
+    const auto stage = required_key<std::string>(r, "stage");
+    const std::string kind = kind_in(r);
+    const auto busy = key_or<std::int64_t>(r, "busy_ns", 0);
+    const auto device = key_or(r, "device", std::optional<int>());
     const int stage_index = stage == "compile" ? 0 : stage == "validate" ? 1 : 2;
     std::string row = "compile";
-    if (stage != "compile") row = r.contains("device") ? fmt::format("GPU {}", r["device"].get<int>()) : "GPU";
+    if (stage != "compile") row = device ? fmt::format("GPU {}", *device) : "GPU";
     jobs_.push_back(json::array({devices_(row), seconds(t - busy), seconds(t), stage_index, verdicts_(kind), cand, s.id}));
     // The stage's verdict is the candidate's final one when it fails, or when it is the last stage.
-    if (kind != "ok" || stage == "profile") final_verdict(s, kind, r.contains("timing") ? &r["timing"] : nullptr, t, stage);
+    if (kind != "ok" || stage == "profile") final_verdict(s, kind, speedup_in(r), t, stage);
   }
 
-  static void final_verdict(search_acc& s, const std::string& kind, const json* timing, std::int64_t t,
+  static void final_verdict(search_acc& s, const std::string& kind, const json& sp, std::int64_t t,
                            std::string_view stage) {
     ++s.verdicts[kind];
-    if (kind != "ok" || stage != "profile" || timing == nullptr) return;
-    const json sp = finite(*timing, "speedup");
-    if (!sp.is_number()) return;
+    if (kind != "ok" || stage != "profile" || !sp.is_number()) return;
     const double v = sp.get<double>();
     if (v > s.best_so_far) {
       s.best_so_far = v;
@@ -387,6 +393,7 @@ inline expected<report_run, error> load_report_run(const std::filesystem::path& 
   if (!text) return unexpected(text.error());
   report_run run{.label = std::move(label), .source = journal, .data = {}, .notes = {}};
   std::vector<json> records;
+  std::vector<std::size_t> lines;  // of each record
   std::size_t line = 0;
   for (std::size_t at = 0; at < text->size();) {
     const std::size_t nl = text->find('\n', at);
@@ -404,9 +411,12 @@ inline expected<report_run, error> load_report_run(const std::filesystem::path& 
       break;
     }
     if (!record)
-      return unexpected(error{fmt::format("{}:{}: not a journal record (a JSON object with \"type\" and \"t_ns\"): {}",
-                                          journal.string(), line, std::string(body.substr(0, 120)))});
+      return unexpected(error{.message = fmt::format("not a journal record (a JSON object with \"type\" and \"t_ns\"): {}",
+                                                     std::string(body.substr(0, 120))),
+                              .file = journal.string(),
+                              .line = static_cast<int>(std::min<std::size_t>(line, INT_MAX))});
     records.push_back(std::move(r));
+    lines.push_back(line);
   }
   if (records.empty()) return unexpected(error{fmt::format("{}: no journal records", journal.string())});
   detail::report::builder b(options.max_source_bytes);
@@ -414,19 +424,30 @@ inline expected<report_run, error> load_report_run(const std::filesystem::path& 
   for (std::size_t i = 0; i < records.size(); ++i) {
     try {
       b.add(records[i]);
+    } catch (const detail::json_read_error& e) {
+      // "run.jsonl: line 7: /search: missing (required) (in the round_start record)"
+      error err = e.at(journal.string(), lines[i]);
+      err.message += fmt::format(" (in the {} record)", records[i]["type"].get<std::string>());
+      return unexpected(std::move(err));
     } catch (const std::exception& e) {
-      return unexpected(error{fmt::format("{}: record {} ({}) lacks a field the report needs: {}", journal.string(),
-                                          i + 1, records[i]["type"].get<std::string>(), e.what())});
+      return unexpected(error{.message = fmt::format("cannot read the {} record: {}", records[i]["type"].get<std::string>(), e.what()),
+                              .file = journal.string(),
+                              .line = static_cast<int>(std::min<std::size_t>(lines[i], INT_MAX))});
     }
   }
   if (!results.empty() && std::filesystem::exists(results)) {
     auto rtext = detail::report::read_file(results);
     if (!rtext) return unexpected(rtext.error());
     json rj = json::parse(*rtext, nullptr, false);
-    if (!rj.is_object())
+    if (!rj.is_object()) {
       run.notes.push_back(fmt::format("{}: not a JSON object; the summary comes from the journal", results.string()));
-    else
-      b.add_results(rj);
+    } else {
+      try {
+        b.add_results(rj);
+      } catch (const detail::json_read_error& e) {
+        return unexpected(e.at(results.string()));
+      }
+    }
   }
   run.data = b.finish(run.label, journal);
   return run;

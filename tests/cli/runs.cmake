@@ -33,13 +33,13 @@ file(WRITE ${work}/runs_old_format/journal.jsonl
   "{\"type\":\"run_start\",\"t_ns\":0,\"t\":0,\"config\":{},\"seed\":1,\"version\":\"0.1.0\"}\n")
 specgen_cli_test(resume_refuses_other_format
   COMMAND ${run} --tasks 1 --rounds 1 --out ${work}/runs_old_format --quiet --resume
-  EXIT 2 EXPECT "journal.jsonl:1: the journal is in format 1 \\(written by specgen 0.1.0\\), and this specgen reads format 2")
+  EXIT 2 EXPECT "journal.jsonl: line 1: the journal is in format 1 \\(written by specgen 0.1.0\\), and this specgen reads format 2")
 file(WRITE ${work}/runs_two_runs/journal.jsonl
   "{\"type\":\"run_start\",\"t_ns\":0,\"t\":0,\"config\":{},\"corpus\":\"a\",\"format\":2,\"seed\":1,\"segment\":0,\"version\":\"0.1.0\"}\n"
   "{\"type\":\"run_start\",\"t_ns\":5,\"t\":5e-09,\"config\":{},\"corpus\":\"a\",\"format\":2,\"seed\":2,\"segment\":1,\"version\":\"0.1.0\"}\n")
 specgen_cli_test(resume_refuses_two_runs_in_one_journal
   COMMAND ${run} --tasks 1 --rounds 1 --out ${work}/runs_two_runs --quiet --resume
-  EXIT 2 EXPECT "journal.jsonl:2: run_start of run [0-9a-f]+, but line 1 started run [0-9a-f]+ \\(seed 1 vs 2\\)")
+  EXIT 2 EXPECT "journal.jsonl: line 2: run_start of run [0-9a-f]+, but line 1 started run [0-9a-f]+ \\(seed 1 vs 2\\)")
 
 # A run killed after its first search ended, then resumed: results.json covers the whole run, so the
 # finished search keeps its end time and the utilisation says which segment it covers.

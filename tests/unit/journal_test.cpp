@@ -384,8 +384,10 @@ TEST_CASE("corruption before the last line is an error that names the line") {
   }
   auto st = load_journal(tmp.path());
   REQUIRE_FALSE(st);
-  const auto& msg = st.error().message;
-  CHECK(msg.find(tmp.path().string() + ":3:") != std::string::npos);
+  CHECK(st.error().file == tmp.path().string());
+  CHECK(st.error().line == 3);
+  const auto msg = st.error().what();
+  CHECK(msg.find(tmp.path().string() + ": line 3: not valid JSON: ") != std::string::npos);
   CHECK(msg.find("head -n 2") != std::string::npos);
 }
 
@@ -398,7 +400,8 @@ TEST_CASE("a damaged last line that ends in a newline is corruption, not a torn 
   append_raw(tmp.path(), "{\"type\":\"round_st\n");
   auto st = load_journal(tmp.path());
   REQUIRE_FALSE(st);
-  CHECK(st.error().message.find(":2:") != std::string::npos);
+  CHECK(st.error().line == 2);
+  CHECK(st.error().what().find(": line 2: not valid JSON") != std::string::npos);
 }
 
 TEST_CASE("records must be objects with a type and an integral time") {
@@ -407,8 +410,65 @@ TEST_CASE("records must be objects with a type and an integral time") {
     append_raw(tmp.path(), std::string(bad) + "\n" + R"({"type":"x","t_ns":2})" + "\n");
     auto st = load_journal(tmp.path());
     REQUIRE_FALSE(st);
-    CHECK(st.error().message.find(":1:") != std::string::npos);
+    CHECK(st.error().line == 1);
+    CHECK(st.error().what().find(tmp.path().string() + ": line 1: ") == 0);
   }
+  temp_journal tmp;
+  append_raw(tmp.path(), R"({"type":"x","t_ns":1.5})" "\n");
+  auto st = load_journal(tmp.path());
+  REQUIRE_FALSE(st);
+  CHECK(st.error().where == "/t_ns");
+  CHECK(st.error().message.starts_with("expected an integer in ["));
+  CHECK(st.error().message.find("found number 1.5") != std::string::npos);
+}
+
+TEST_CASE("a wrong-typed nested field is an error naming the file, the line and its JSON pointer") {
+  temp_journal tmp;
+  {
+    journal_writer j(tmp.path(), false);
+    j.write_run_start(timestamp(0), run_of(1));
+    j.write_candidate(timestamp(1), make_candidate(1, 0, 0, "k"));
+  }
+  // A stage result whose verdict's mismatch has a count that is not a number.
+  append_raw(tmp.path(), R"({"type":"evaluation","t_ns":2,"search":0,"candidate":1,"stage":"validate",)"
+                         R"("result":{"kind":"wrong_result","mismatch":{"output":"y","count":"many"}}})" "\n");
+  auto st = load_journal(tmp.path());
+  REQUIRE_FALSE(st);
+  const error& e = st.error();
+  CHECK(e.file == tmp.path().string());
+  CHECK(e.line == 3);
+  CHECK(e.where == "/result/mismatch/count");
+  CHECK(e.message.starts_with("expected an integer in [0, 18446744073709551615], found string \"many\". The journal is damaged"));
+  CHECK(e.what().starts_with(tmp.path().string() + ": line 3: /result/mismatch/count: expected an integer"));
+  CHECK(e.what().find("head -n 2 ") != std::string::npos);
+
+  // An element of an array, and a missing required key.
+  temp_journal other;
+  append_raw(other.path(), R"({"type":"candidate","t_ns":1,"candidate":{"id":1,"prov":{"parents":[1,"two"]}}})" "\n"
+                           R"({"type":"round_start","t_ns":2,"search":0})" "\n");
+  auto bad = load_journal(other.path());
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().line == 1);
+  CHECK(bad.error().where == "/candidate/prov/parents/1");
+  std::ofstream(other.path(), std::ios::trunc) << R"({"type":"round_start","t_ns":2,"search":0})" "\n";
+  auto missing = load_journal(other.path());
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().where == "/round");
+  CHECK(missing.error().message.starts_with("missing (required). The journal is damaged"));
+}
+
+TEST_CASE("the journal is open: unknown keys are ignored and null or missing optional keys take defaults") {
+  temp_journal tmp;
+  append_raw(tmp.path(), R"({"type":"run_start","t_ns":0,"format":2,"seed":1,"config":{},"future":[1,2]})" "\n"
+                         R"({"type":"search_start","t_ns":1,"search":0,"task":"x","priority":"high"})" "\n"
+                         R"({"type":"round_end","t_ns":2,"search":0,"round":0,"usage":null})" "\n"
+                         R"({"type":"brand_new_record","t_ns":3,"search":"not read"})" "\n");
+  auto st = load_journal(tmp.path());
+  REQUIRE(st);
+  CHECK(st->searches.at(0).task == "x");
+  CHECK(st->searches.at(0).rounds_completed == 1);
+  CHECK(st->searches.at(0).tokens == usage{});
+  CHECK(st->records == 4);
 }
 
 TEST_CASE("a stage result for a candidate never recorded is an inconsistency") {
@@ -420,7 +480,8 @@ TEST_CASE("a stage result for a candidate never recorded is an inconsistency") {
   }
   auto st = load_journal(tmp.path());
   REQUIRE_FALSE(st);
-  CHECK(st.error().message.find(":2: evaluation record for candidate 8") != std::string::npos);
+  CHECK(st.error().line == 2);
+  CHECK(st.error().message.starts_with("evaluation record for candidate 8"));
 }
 
 TEST_CASE("one id with two different kernels is an inconsistency; the same kernel twice is not") {
@@ -437,7 +498,7 @@ TEST_CASE("one id with two different kernels is an inconsistency; the same kerne
   }
   auto st = load_journal(tmp.path());
   REQUIRE_FALSE(st);
-  CHECK(st.error().message.find(":3: candidate 1 recorded twice") != std::string::npos);
+  CHECK(st.error().what().find(": line 3: candidate 1 recorded twice") != std::string::npos);
 }
 
 TEST_CASE("a missing journal is an error that names the file") {
@@ -522,8 +583,8 @@ TEST_CASE("a journal holding the run_starts of two different runs is refused, na
   }
   auto st = load_journal(tmp.path());
   REQUIRE_FALSE(st);
-  const auto& msg = st.error().message;
-  CHECK(msg.find(tmp.path().string() + ":21: run_start of run " + run_of(99, {{"mode", "specgen"}, {"k", 4}}).run_id()) !=
+  const auto msg = st.error().what();
+  CHECK(msg.find(tmp.path().string() + ": line 21: run_start of run " + run_of(99, {{"mode", "specgen"}, {"k", 4}}).run_id()) !=
         std::string::npos);
   CHECK(msg.find("line 1 started run " + run_of(1234, {{"mode", "specgen"}, {"k", 4}}).run_id()) != std::string::npos);
   CHECK(msg.find("seed 1234 vs 99") != std::string::npos);
@@ -538,8 +599,8 @@ TEST_CASE("a journal of another format is refused, saying which format this spec
                          "\n");
   auto st = load_journal(tmp.path());
   REQUIRE_FALSE(st);
-  const auto& msg = st.error().message;
-  CHECK(msg.find(":1: the journal is in format 1 (written by specgen 0.1.0), and this specgen reads format " +
+  const auto msg = st.error().what();
+  CHECK(msg.find(": line 1: the journal is in format 1 (written by specgen 0.1.0), and this specgen reads format " +
                  std::to_string(journal_format)) != std::string::npos);
   CHECK(msg.find("new output directory") != std::string::npos);
 }

@@ -110,16 +110,17 @@ TEST_CASE("every enum value round-trips through JSON") {
     CHECK(round_trip(*parse_distribution(d)) == *parse_distribution(d));
 }
 
-TEST_CASE("an unknown enum name is a type error that lists the accepted names") {
-  REQUIRE_THROWS_AS(json("float32").get<dtype>(), json::type_error);
+TEST_CASE("an unknown enum name is a read error that lists the accepted names") {
+  REQUIRE_THROWS_AS(json("float32").get<dtype>(), detail::json_read_error);
   try {
     (void)json("float32").get<dtype>();
-  } catch (const json::type_error& e) {
+  } catch (const json::exception& e) {  // a json_read_error is one of nlohmann's exceptions
     const std::string what = e.what();
     CHECK(what.find("unknown dtype \"float32\"") != std::string::npos);
     CHECK(what.find("\"bf16\"") != std::string::npos);
   }
-  CHECK_THROWS_AS(json(3).get<verdict_kind>(), json::type_error);
+  CHECK_THROWS_WITH(json(3).get<verdict_kind>(), Catch::StartsWith("expected one of \"compile_error\", ") &&
+                                                     Catch::EndsWith("found number 3"));
 }
 
 TEST_CASE("verdicts, mismatches and compile reports round-trip") {
@@ -167,7 +168,8 @@ TEST_CASE("infinite doubles survive as strings instead of becoming null") {
   nan_speedup.speedup = std::nan("");
   CHECK(json(nan_speedup)["speedup"] == "nan");
   CHECK(std::isnan(round_trip(nan_speedup).speedup));
-  CHECK_THROWS_AS(json::parse(R"({"speedup": "fast"})").get<measurement>(), json::type_error);
+  CHECK_THROWS_WITH(json::parse(R"({"speedup": "fast"})").get<measurement>(),
+                    "/speedup: expected a number (or \"inf\", \"-inf\", \"nan\"), found string \"fast\"");
 }
 
 TEST_CASE("provenance and candidates round-trip, with the creation time in integral nanoseconds") {
@@ -213,6 +215,41 @@ TEST_CASE("reading keeps defaults for absent keys and ignores unknown ones") {
 }
 
 TEST_CASE("a present key of the wrong type is an error, not a silent default") {
-  CHECK_THROWS_AS(json::parse(R"({"max_tokens": "many"})").get<sampling>(), json::type_error);
-  CHECK_THROWS_AS(json::parse(R"([1, 2])").get<usage>(), json::type_error);
+  CHECK_THROWS_AS(json::parse(R"({"max_tokens": "many"})").get<sampling>(), detail::json_read_error);
+  CHECK_THROWS_WITH(json::parse(R"({"max_tokens": "many"})").get<sampling>(),
+                    Catch::StartsWith("/max_tokens: expected an integer in [") && Catch::EndsWith("found string \"many\""));
+  CHECK_THROWS_WITH(json::parse(R"([1, 2])").get<usage>(), "expected an object, found array [1,2]");
+  // A null is an absent key: the default stays.
+  CHECK(json::parse(R"({"max_tokens": null})").get<sampling>() == sampling{});
+}
+
+TEST_CASE("a wrong-typed nested value names its JSON pointer, however deep") {
+  auto pointer_of = [](const char* text) {
+    try {
+      (void)json::parse(text).get<evaluation>();
+    } catch (const detail::json_read_error& e) {
+      return e.pointer() + " | " + e.problem();
+    }
+    return std::string("no error");
+  };
+  CHECK(pointer_of(R"({"result": {"mismatch": {"max_abs": true}}})") ==
+        "/result/mismatch/max_abs | expected a number (or \"inf\", \"-inf\", \"nan\"), found boolean true");
+  CHECK(pointer_of(R"({"result": {"mismatch": {"first_indices": [1, 2, -3]}}})") ==
+        "/result/mismatch/first_indices/2 | expected an integer in [0, 18446744073709551615], found number -3");
+  CHECK(pointer_of(R"({"timing": {"metrics": {"a/b": "x"}}})") ==
+        "/timing/metrics/a~1b | expected a number (or \"inf\", \"-inf\", \"nan\"), found string \"x\"");
+  CHECK(pointer_of(R"({"result": {"kind": "okay"}})").starts_with("/result/kind | unknown verdict \"okay\"; expected one of"));
+  CHECK(pointer_of(R"({"result": {"kind": "ok"}, "timing": {"speedup": "inf"}})") == "no error");
+
+  // The error of a whole file: its name, the line of a JSONL record and the pointer.
+  try {
+    (void)json::parse(R"({"prov": {"round": "3"}})").get<candidate>();
+    FAIL("no error");
+  } catch (const detail::json_read_error& e) {
+    const error err = e.at("run.jsonl", 7);
+    CHECK(err.file == "run.jsonl");
+    CHECK(err.line == 7);
+    CHECK(err.where == "/prov/round");
+    CHECK_THAT(err.what(), Catch::StartsWith("run.jsonl: line 7: /prov/round: expected an integer in ["));
+  }
 }

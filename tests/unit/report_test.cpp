@@ -199,13 +199,15 @@ TEST_CASE("a torn last line is skipped with a note; a damaged line is an error n
   write_lines(dir / "journal.jsonl", {records[0], records[1]}, "{\"type\": \"fork\"\n");
   auto bad = specgen::load_report_runs(dir);
   REQUIRE_FALSE(bad);
-  CHECK(bad.error().message.find("journal.jsonl:3: not a journal record") != std::string::npos);
+  CHECK(bad.error().line == 3);
+  CHECK(bad.error().what().find("journal.jsonl: line 3: not a journal record") != std::string::npos);
 
-  // A record without a field a view needs names the record.
+  // A record without a field a view needs names the record's line and the field.
   write_lines(dir / "journal.jsonl", {records[0], rec("round_start", 1, {{"round", 0}})});
   auto missing = specgen::load_report_runs(dir);
   REQUIRE_FALSE(missing);
-  CHECK(missing.error().message.find("record 2 (round_start) lacks a field the report needs") != std::string::npos);
+  CHECK(missing.error().what() ==
+        (dir / "journal.jsonl").string() + ": line 2: /search: missing (required) (in the round_start record)");
 
   write_lines(dir / "journal.jsonl", {});
   auto empty = specgen::load_report_runs(dir);
@@ -220,6 +222,63 @@ TEST_CASE("a torn last line is skipped with a note; a damaged line is an error n
   auto results = specgen::load_report_runs(dir / "results.json");
   REQUIRE_FALSE(results);
   CHECK(results.error().message.find("a JSON file, not a journal") != std::string::npos);
+}
+
+TEST_CASE("a field of the wrong type is an error naming the line and its JSON pointer, never a silent default") {
+  const fs::path dir = scratch("wrong_type");
+  auto records = small_run();
+  // Nested: the evaluation's result kind; the candidate's provenance; the profile's speedup.
+  records[7]["result"]["kind"] = 7;
+  write_lines(dir / "journal.jsonl", records);
+  auto kind = specgen::load_report_runs(dir);
+  REQUIRE_FALSE(kind);
+  CHECK(kind.error().file == (dir / "journal.jsonl").string());
+  CHECK(kind.error().line == 8);
+  CHECK(kind.error().where == "/result/kind");
+  CHECK(kind.error().what() == (dir / "journal.jsonl").string() +
+                                   ": line 8: /result/kind: expected a string, found number 7 (in the evaluation record)");
+
+  records = small_run();
+  records[5]["candidate"]["prov"]["lane"] = "zero";
+  write_lines(dir / "journal.jsonl", records);
+  auto lane = specgen::load_report_runs(dir);
+  REQUIRE_FALSE(lane);
+  CHECK(lane.error().line == 6);
+  CHECK(lane.error().where == "/candidate/prov/lane");
+
+  records = small_run();
+  records[8]["timing"]["speedup"] = true;
+  write_lines(dir / "journal.jsonl", records);
+  auto speedup = specgen::load_report_runs(dir);
+  REQUIRE_FALSE(speedup);
+  CHECK(speedup.error().where == "/timing/speedup");
+
+  // An optional field the report reads with a default, given with another type.
+  records = small_run();
+  records[3]["samples"] = "two";
+  write_lines(dir / "journal.jsonl", records);
+  auto samples = specgen::load_report_runs(dir);
+  REQUIRE_FALSE(samples);
+  CHECK(samples.error().line == 4);
+  CHECK(samples.error().where == "/samples");
+
+  // results.json beside the journal is read the same way, and named.
+  write_lines(dir / "journal.jsonl", small_run());
+  std::ofstream(dir / "results.json") << R"({"evaluator": 3})";
+  auto results = specgen::load_report_runs(dir);
+  REQUIRE_FALSE(results);
+  CHECK(results.error().what() == (dir / "results.json").string() + ": /evaluator: expected a string, found number 3");
+
+  // Missing optional keys, nulls and unknown keys are fine: the format is open.
+  records = small_run();
+  records[3].erase("samples");
+  records[3]["lane"] = nullptr;
+  records[3]["future_key"] = {{"any", "thing"}};
+  write_lines(dir / "journal.jsonl", records);
+  fs::remove(dir / "results.json");
+  auto open = specgen::load_report_runs(dir);
+  REQUIRE(open);
+  CHECK(open->front().data["searches"][0]["fork_spans"][0][5] == 1);
 }
 
 TEST_CASE("a long best kernel is cut, saying how much was left out") {

@@ -218,7 +218,8 @@ TEST_CASE("sim_params round-trip through JSON and bad values are reported by fie
   CHECK(bad.error().what() == "cfg.json: /unknown_kernels: \"ignore\" is not one of: unjudged, reject");
   CHECK_FALSE(parse_sim_params(nlohmann::json{{"devices", 0}}));
   CHECK_FALSE(nlohmann::json(sim_params{}).contains("profile"));  // absent: use the table's settings
-  CHECK_THROWS_AS(nlohmann::json({{"profile", {{"warmup", -1}}}}).get<sim_params>(), nlohmann::json::type_error);
+  CHECK_THROWS_AS(nlohmann::json({{"profile", {{"warmup", -1}}}}).get<sim_params>(), specgen::detail::json_read_error);
+  CHECK_THROWS_WITH(nlohmann::json({{"profile", {{"warmup", -1}}}}).get<sim_params>(), Catch::StartsWith("/profile/warmup: "));
 }
 
 TEST_CASE("a simulated device with impossible parameters fails to construct, naming the field") {

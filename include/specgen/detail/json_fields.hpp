@@ -4,12 +4,23 @@
 /// so a user can fix a hand-edited or generated file without a debugger.
 ///
 /// Every JSON input of the library (task files, traces, cost tables,
-/// simulator parameters, policy configs, journals, the OpenAI wire) reads
-/// through these pieces: `field_reader` for an object's fields, `file_error`
-/// for the error (`error::file` and `error::where`, the JSON pointer), and
-/// `unknown_key_problem` for a key a format does not know. A format refuses
-/// unknown keys (`field_reader::only`) unless it is deliberately open, which
-/// its reader says in a comment.
+/// simulator parameters, policy configs, journals, reports, the OpenAI wire,
+/// worker answers) reads through these pieces: `field_reader` for an object's
+/// fields, `file_error` for the error (`error::file` and `error::where`, the
+/// JSON pointer), and `unknown_key_problem` for a key a format does not know.
+/// A format refuses unknown keys (`field_reader::only`) unless it is
+/// deliberately open, which its reader says in a comment.
+///
+/// The open formats (journals and the core's value types in json.hpp, the
+/// report's inputs, the OpenAI wire, worker answers) read with the second
+/// half of this header: a missing or null key keeps its default, an unknown
+/// key is ignored, and a value of the wrong type is an error naming its JSON
+/// pointer. `read_key` and `read_json` throw `json_read_error` (what a
+/// `from_json` must do), whose pointer grows by one key per level as it
+/// passes up through the nested reads; the top-level reader catches it and
+/// returns `json_read_error::at(file, line)`. Nothing is thrown, and no
+/// pointer is built, while the input is well-formed, so a hot path (a
+/// stream's events) reads with these too.
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/limits.hpp>
 #include <specgen/expected.hpp>
@@ -18,10 +29,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
+#include <climits>
 #include <concepts>
 #include <initializer_list>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -122,6 +137,11 @@ inline error file_error(std::string file, std::string_view pointer, std::string 
 
 inline error json_error(std::string_view file, std::string_view pointer, std::string_view problem) {
   return file_error(std::string(file), pointer, std::string(problem));
+}
+
+/// "expected a string, found number 5": the problem of a value of the wrong type.
+inline std::string wrong_type_problem(std::string_view want, const nlohmann::json& v) {
+  return fmt::format("expected {}, found {} {}", want, v.type_name(), shown(v));
 }
 
 /// `j` as a `T` when it is a number that `T` holds exactly (an integer type
@@ -240,7 +260,7 @@ class field_reader {
     return *this;
   }
   field_reader& wrong_type(std::string_view name, const nlohmann::json& v, std::string_view want) {
-    fail_at(path(name), fmt::format("expected {}, found {} {}", want, v.type_name(), shown(v)));
+    fail_at(path(name), wrong_type_problem(want, v));
     return *this;
   }
   void fail_at(std::string_view pointer, std::string_view problem) { err_ = json_error(file_, pointer, problem); }
@@ -250,6 +270,258 @@ class field_reader {
   std::string pointer_;
   std::optional<error> err_;
 };
+
+// ---- open formats ------------------------------------------------------------------
+
+/// An error in a value of an open format, thrown by `read_json`, `read_key`
+/// and the `from_json` of the core's value types (json.hpp): the JSON pointer
+/// of the value at fault, relative to the value being read, and what is
+/// wrong with it; `what()` reads "/mismatch/max_abs: expected a number ...".
+/// It is a `nlohmann::json::exception`, so code that catches those around a
+/// `j.get<T>()` catches it too.
+class json_read_error : public nlohmann::json::exception {
+ public:
+  json_read_error(std::string pointer, std::string problem)
+      : nlohmann::json::exception(302, "specgen::detail::json_read_error"),
+        pointer_(std::move(pointer)),
+        problem_(std::move(problem)) {
+    render();
+  }
+  /// The error of a strict reader (`field_reader`), for a `from_json` that must throw it.
+  explicit json_read_error(const error& e) : json_read_error(e.where == "/" ? std::string() : e.where, e.message) {}
+
+  [[nodiscard]] const char* what() const noexcept override { return text_.c_str(); }
+  [[nodiscard]] const std::string& pointer() const noexcept { return pointer_; }
+  [[nodiscard]] const std::string& problem() const noexcept { return problem_; }
+
+  /// Puts a key (or an array index) in front of the pointer: the read of the
+  /// value that holds the faulty one calls this, then rethrows.
+  void nest(std::string_view key) {
+    pointer_.insert(0, "/" + pointer_token(key));
+    render();
+  }
+  void nest(std::size_t index) {
+    pointer_.insert(0, "/" + std::to_string(index));
+    render();
+  }
+
+  /// The library's error value: the value at fault is in `file` (on `line`,
+  /// for a JSONL file; 0 for none), and `what()` reads
+  /// "run.jsonl: line 7: /candidate/prov/round: expected an integer ...".
+  [[nodiscard]] error at(std::string file, std::size_t line = 0) const {
+    error e = file_error(std::move(file), pointer_, problem_);
+    e.line = static_cast<int>(std::min<std::size_t>(line, INT_MAX));
+    return e;
+  }
+
+ private:
+  void render() { text_ = pointer_.empty() ? problem_ : fmt::format("{}: {}", pointer_, problem_); }
+
+  std::string pointer_;
+  std::string problem_;
+  std::string text_;
+};
+
+/// The value at `key` of object `obj`, or nullptr when the key is absent or
+/// null (or `obj` is not an object): how an open format finds an optional key.
+inline const nlohmann::json* present(const nlohmann::json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+template <class T>
+concept json_scalar = std::same_as<T, std::string> || std::same_as<T, bool> || std::is_arithmetic_v<T> ||
+                      std::same_as<T, std::chrono::nanoseconds>;
+
+/// `j` as a `T` of an open format: "" when it is one (and then in `out`),
+/// else what is wrong ("expected a string, found number 5"; `out` keeps its
+/// value). `T` is a string, a bool, an integer type (an integer it holds), a
+/// floating-point type (a number, or "inf", "-inf" or "nan": JSON has no such
+/// numbers, so json.hpp writes them as strings) or nanoseconds (an integer).
+template <json_scalar T>
+std::string read_scalar(const nlohmann::json& j, T& out) {
+  if constexpr (std::same_as<T, std::string>) {
+    if (!j.is_string()) return wrong_type_problem("a string", j);
+    out = j.get_ref<const std::string&>();
+  } else if constexpr (std::same_as<T, bool>) {
+    if (!j.is_boolean()) return wrong_type_problem("true or false", j);
+    out = j.get<bool>();
+  } else if constexpr (std::same_as<T, std::chrono::nanoseconds>) {
+    typename T::rep ns = 0;
+    if (!number_value(j, ns)) return wrong_type_problem("an integer (nanoseconds)", j);
+    out = T(ns);
+  } else if constexpr (std::floating_point<T>) {
+    if (j.is_number()) {
+      out = j.get<T>();
+    } else if (const auto* s = j.get_ptr<const std::string*>(); s && (*s == "inf" || *s == "-inf" || *s == "nan")) {
+      out = *s == "nan" ? std::numeric_limits<T>::quiet_NaN()
+                        : (*s == "inf" ? 1 : -1) * std::numeric_limits<T>::infinity();
+    } else {
+      return wrong_type_problem("a number (or \"inf\", \"-inf\", \"nan\")", j);
+    }
+  } else {
+    if (!number_value(j, out)) return wrong_type_problem(any_value<T>().describe(), j);
+  }
+  return {};
+}
+
+template <class T>
+struct is_std_optional : std::false_type {};
+template <class T>
+struct is_std_optional<std::optional<T>> : std::true_type {};
+template <class T>
+struct is_std_vector : std::false_type {};
+template <class T, class A>
+struct is_std_vector<std::vector<T, A>> : std::true_type {};
+template <class T>
+struct is_string_map : std::false_type {};
+template <class T, class C, class A>
+struct is_string_map<std::map<std::string, T, C, A>> : std::true_type {};
+
+/// "type must be string, but is number": an exception's text without
+/// nlohmann's "[json.exception.type_error.302] " in front.
+inline std::string without_exception_tag(std::string_view what) {
+  if (what.starts_with("[json.exception.")) {
+    const auto end = what.find("] ");
+    if (end != std::string_view::npos) what.remove_prefix(end + 2);
+  }
+  return std::string(what);
+}
+
+/// Reads `j` as a `T` of an open format: a scalar (`read_scalar`), the JSON
+/// itself, an optional (null is empty), a vector (an array), a map from
+/// strings (an object), or a type with its own `from_json`. Throws
+/// `json_read_error`, its pointer relative to `j`.
+template <class T>
+void read_json(const nlohmann::json& j, T& out) {
+  if constexpr (std::same_as<T, nlohmann::json>) {
+    out = j;
+  } else if constexpr (json_scalar<T>) {
+    if (auto why = read_scalar(j, out); !why.empty()) throw json_read_error({}, std::move(why));
+  } else if constexpr (is_std_optional<T>::value) {
+    if (j.is_null()) {
+      out.reset();
+    } else {
+      typename T::value_type v{};
+      read_json(j, v);
+      out = std::move(v);
+    }
+  } else if constexpr (is_std_vector<T>::value) {
+    if (!j.is_array()) throw json_read_error({}, wrong_type_problem("an array", j));
+    T v;
+    v.reserve(j.size());
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      typename T::value_type e{};
+      try {
+        read_json(j[i], e);
+      } catch (json_read_error& err) {
+        err.nest(i);
+        throw;
+      }
+      v.push_back(std::move(e));
+    }
+    out = std::move(v);
+  } else if constexpr (is_string_map<T>::value) {
+    if (!j.is_object()) throw json_read_error({}, wrong_type_problem("an object", j));
+    T m;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      try {
+        read_json(it.value(), m[it.key()]);
+      } catch (json_read_error& err) {
+        err.nest(it.key());
+        throw;
+      }
+    }
+    out = std::move(m);
+  } else {
+    try {
+      out = j.get<T>();
+    } catch (json_read_error&) {
+      throw;
+    } catch (const nlohmann::json::exception& e) {  // a from_json that throws nlohmann's own errors
+      throw json_read_error({}, without_exception_tag(e.what()));
+    }
+  }
+}
+
+/// Reads key `key` of object `obj` into `out`, for an open format: true when
+/// it was there. An absent or null key leaves `out` as it is (its default),
+/// except that an optional is reset: an empty optional is an absent key.
+/// Throws `json_read_error` when `obj` is not an object or the value is not
+/// a `T`, its pointer starting at the key.
+template <class T>
+bool read_key(const nlohmann::json& obj, std::string_view key, T& out) {
+  if (!obj.is_object()) throw json_read_error({}, wrong_type_problem("an object", obj));
+  const nlohmann::json* v = present(obj, key);
+  if (v == nullptr) {
+    if constexpr (is_std_optional<T>::value) out.reset();
+    return false;
+  }
+  try {
+    read_json(*v, out);
+  } catch (json_read_error& err) {
+    err.nest(key);
+    throw;
+  }
+  return true;
+}
+
+/// Key `key` of `obj` as a `T`, or `fallback` when absent or null (`read_key`).
+template <class T>
+T key_or(const nlohmann::json& obj, std::string_view key, T fallback) {
+  read_key(obj, key, fallback);
+  return fallback;
+}
+
+/// Key `key` of `obj` as a `T`; absent or null is an error ("missing (required)").
+template <class T>
+T required_key(const nlohmann::json& obj, std::string_view key) {
+  T v{};
+  if (!read_key(obj, key, v)) throw json_read_error("/" + pointer_token(key), "missing (required)");
+  return v;
+}
+
+/// `read()`, the read of the value at key (or index) `token` of the value
+/// being read: a json_read_error from it gets the token in front of its
+/// pointer. Returns what `read` returns.
+template <class Token, class F>
+decltype(auto) nested_in(const Token& token, F&& read) {
+  try {
+    return std::forward<F>(read)();
+  } catch (json_read_error& err) {
+    if constexpr (std::is_integral_v<Token>) err.nest(static_cast<std::size_t>(token));
+    else err.nest(std::string_view(token));
+    throw;
+  }
+}
+
+/// `read(value)` for the value at key `key` of `obj`, which must be there (not
+/// null): for reading a nested object field by field, so that an error inside
+/// it gets the key in front of its pointer. Returns what `read` returns.
+template <class F>
+decltype(auto) within(const nlohmann::json& obj, std::string_view key, F&& read) {
+  if (!obj.is_object()) throw json_read_error({}, wrong_type_problem("an object", obj));
+  const nlohmann::json* v = present(obj, key);
+  if (v == nullptr) throw json_read_error("/" + pointer_token(key), "missing (required)");
+  return nested_in(key, [&]() -> decltype(auto) { return std::forward<F>(read)(*v); });
+}
+
+/// Reads an enum written by name, `names[i]` naming enumerator i; `what`
+/// names the enum in the error ("unknown dtype \"float32\"; expected one of
+/// \"f32\", ..."). Throws `json_read_error`.
+template <class Enum, std::size_t N>
+void read_name(const nlohmann::json& j, Enum& out, const std::array<std::string_view, N>& names, std::string_view what) {
+  const auto accepted = [&] { return fmt::format("one of \"{}\"", fmt::join(names, "\", \"")); };
+  if (!j.is_string()) throw json_read_error({}, wrong_type_problem(accepted(), j));
+  const auto& s = j.get_ref<const std::string&>();
+  for (std::size_t i = 0; i < N; ++i)
+    if (names[i] == s) {
+      out = static_cast<Enum>(i);
+      return;
+    }
+  throw json_read_error({}, fmt::format("unknown {} {}; expected {}", what, shown(j), accepted()));
+}
 
 }  // namespace detail
 SPECGEN_END_NAMESPACE

@@ -13,6 +13,7 @@
 #include <specgen/backend.hpp>
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/replay/trace.hpp>
 #include <specgen/types.hpp>
@@ -100,10 +101,11 @@ struct replay_params {
 };
 
 inline void to_json(nlohmann::json& j, const no_kernel_answer& a) { j = {{"text", a.text}, {"tokens", a.tokens}}; }
+/// Open: absent keys keep their defaults; a key of the wrong type throws `detail::json_read_error`.
 inline void from_json(const nlohmann::json& j, no_kernel_answer& a) {
-  const no_kernel_answer d{};
-  a.text = j.value("text", d.text);
-  a.tokens = j.value("tokens", d.tokens);
+  a = no_kernel_answer{};
+  specgen::detail::read_key(j, "text", a.text);
+  specgen::detail::read_key(j, "tokens", a.tokens);
 }
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(replay_params, decode_tokens_per_s, prefill_tokens_per_s,
                                                 first_token_overhead_s, slowdown_per_sequence, chunk_tokens,

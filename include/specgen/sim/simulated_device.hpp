@@ -150,11 +150,11 @@ void to_json(Json& j, const sim_params& p) {
   j["unknown_compile_s"] = p.unknown_compile_s;
 }
 
-/// For `json.get<sim_params>()`; throws `nlohmann::json::type_error` (the
-/// convention of json.hpp) with `parse_sim_params`'s message.
+/// For `json.get<sim_params>()`; throws `detail::json_read_error` (the
+/// convention of json.hpp) with `parse_sim_params`'s JSON pointer and problem.
 inline void from_json(const nlohmann::json& j, sim_params& p) {
   auto r = parse_sim_params(j);
-  if (!r) throw nlohmann::json::type_error::create(302, r.error().what(), &j);
+  if (!r) throw specgen::detail::json_read_error(r.error());
   p = *r;
 }
 

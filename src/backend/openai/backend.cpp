@@ -7,6 +7,7 @@
 #include "wire.hpp"
 
 #include <specgen/backend/openai.hpp>
+#include <specgen/detail/json_fields.hpp>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -46,14 +47,13 @@ expected<std::vector<token_id>, error> tokenize(detail::http_client& client, con
     return unexpected(error{fmt::format("POST {} answered {}", d.tokenize_path,
                                         r.status ? fmt::format("HTTP {}: {}", r.status, detail::error_message_of(r.body)) : r.error)});
   const auto j = nlohmann::json::parse(r.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
-    return unexpected(error{fmt::format("POST {} answered without a \"tokens\" array", d.tokenize_path)});
-  std::vector<token_id> ids;
-  for (const auto& v : j["tokens"]) {
-    if (!v.is_number_integer()) return unexpected(error{fmt::format("POST {}: a token id is not an integer", d.tokenize_path)});
-    ids.push_back(v.get<token_id>());
+  if (j.is_discarded() || !j.is_object())
+    return unexpected(error{fmt::format("POST {} answered something other than a JSON object", d.tokenize_path)});
+  try {  // open, like the wire: only "tokens" is read
+    return specgen::detail::required_key<std::vector<token_id>>(j, "tokens");
+  } catch (const specgen::detail::json_read_error& e) {  // "POST /tokenize answered /tokens/2: expected an integer ..."
+    return unexpected(error{fmt::format("POST {} answered {}", d.tokenize_path, e.what())});
   }
-  return ids;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "wire.hpp"
 
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/extract.hpp>
 
 #include <fmt/format.h>
@@ -14,38 +15,60 @@ namespace openai::detail {
 namespace {
 
 using json = nlohmann::json;
+using specgen::detail::json_read_error;
+using specgen::detail::nested_in;
 
 // The wire format is deliberately open: an OpenAI-compatible server's events
 // and responses carry keys this client does not read, and servers add new
-// ones from version to version, so unknown keys are ignored throughout (the
-// client reads only what it needs, leniently, with the helpers below).
+// ones from version to version, so unknown keys are ignored throughout, and a
+// key that is absent or null (servers send `"usage": null`, `"content": null`)
+// is simply not there. The client reads what it needs with the helpers below
+// (json_fields.hpp's): a value of the wrong type throws json_read_error, and
+// the decoder ends the stream with its JSON pointer ("the server sent a
+// malformed event: /choices/0/delta/content: expected a string, found number
+// 5"). Nothing is thrown while the events are well-formed.
 
-/// A string field, or "" when absent, null or not a string.
+/// A string field as a view into the event (no copy), or "" when absent or null.
 std::string_view string_at(const json& j, const char* key) {
+  const json* v = specgen::detail::present(j, key);
+  if (v == nullptr) return {};
+  if (!v->is_string()) throw json_read_error(std::string("/") + key, specgen::detail::wrong_type_problem("a string", *v));
+  return v->get_ref<const std::string&>();
+}
+
+/// A string field of an error report, or "" when absent or not a string: an
+/// error is shown however it comes.
+std::string_view loose_string_at(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return {};
   return it->get_ref<const std::string&>();
 }
 
+/// An object field, or nullptr when absent or null.
+const json* object_at(const json& j, const char* key) {
+  const json* v = specgen::detail::present(j, key);
+  if (v != nullptr && !v->is_object())
+    throw json_read_error(std::string("/") + key, specgen::detail::wrong_type_problem("an object", *v));
+  return v;
+}
+
+/// A count (an integer >= 0), or nullopt when absent or null.
 std::optional<std::uint64_t> count_at(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer() || it->get<std::int64_t>() < 0) return std::nullopt;
-  return it->get<std::uint64_t>();
+  std::optional<std::uint64_t> n;
+  specgen::detail::read_key(j, key, n);
+  return n;
 }
 
 /// Token ids in `j[key]`: nullopt when absent or null, an empty optional
-/// vector is "present but empty". A malformed array counts as absent.
+/// vector is "present but empty".
 std::optional<std::vector<token_id>> ids_at(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) return std::nullopt;
-  std::vector<token_id> ids;
-  ids.reserve(it->size());
-  for (const auto& v : *it) {
-    if (!v.is_number_integer()) return std::nullopt;
-    ids.push_back(static_cast<token_id>(v.get<std::int64_t>()));
-  }
+  std::optional<std::vector<token_id>> ids;
+  specgen::detail::read_key(j, key, ids);
   return ids;
 }
+
+/// The stream's error for an event with a value of the wrong type.
+std::string malformed(const json_read_error& e) { return fmt::format("the server sent a malformed event: {}", e.what()); }
 
 std::string excerpt(std::string_view s, std::size_t n = 120) {
   if (s.size() <= n) return std::string(s);
@@ -57,13 +80,13 @@ std::string excerpt(std::string_view s, std::size_t n = 120) {
 std::optional<std::string> event_error(const json& j) {
   if (auto it = j.find("error"); it != j.end() && !it->is_null()) {
     if (it->is_object()) {
-      std::string_view m = string_at(*it, "message");
+      std::string_view m = loose_string_at(*it, "message");
       return m.empty() ? it->dump() : std::string(m);
     }
     return it->is_string() ? it->get<std::string>() : it->dump();
   }
-  if (string_at(j, "object") == "error") {
-    std::string_view m = string_at(j, "message");
+  if (loose_string_at(j, "object") == "error") {
+    std::string_view m = loose_string_at(j, "message");
     return m.empty() ? j.dump() : std::string(m);
   }
   return std::nullopt;
@@ -73,15 +96,34 @@ std::optional<std::string> event_error(const json& j) {
 struct usage_report {
   std::optional<std::uint64_t> prompt, cached, completion, reasoning;
 };
-usage_report read_usage(const json& u) {
-  usage_report r;
-  r.prompt = count_at(u, "prompt_tokens");
-  r.completion = count_at(u, "completion_tokens");
-  if (auto d = u.find("prompt_tokens_details"); d != u.end() && d->is_object()) r.cached = count_at(*d, "cached_tokens");
-  r.reasoning = count_at(u, "reasoning_tokens");
-  if (auto d = u.find("completion_tokens_details"); d != u.end() && d->is_object() && !r.reasoning)
-    r.reasoning = count_at(*d, "reasoning_tokens");
-  return r;
+/// The event's usage object, if any; json_read_error's pointer starts at "/usage".
+std::optional<usage_report> read_usage(const json& event) {
+  const json* u = object_at(event, "usage");
+  if (u == nullptr) return std::nullopt;
+  return nested_in("usage", [&] {
+    usage_report r;
+    r.prompt = count_at(*u, "prompt_tokens");
+    r.completion = count_at(*u, "completion_tokens");
+    if (const json* d = object_at(*u, "prompt_tokens_details"))
+      r.cached = nested_in("prompt_tokens_details", [&] { return count_at(*d, "cached_tokens"); });
+    r.reasoning = count_at(*u, "reasoning_tokens");
+    if (const json* d = object_at(*u, "completion_tokens_details"); d != nullptr && !r.reasoning)
+      r.reasoning = nested_in("completion_tokens_details", [&] { return count_at(*d, "reasoning_tokens"); });
+    return r;
+  });
+}
+
+/// The event's choices: an array, or nullptr when absent or null.
+const json* choices_of(const json& event) {
+  const json* c = specgen::detail::present(event, "choices");
+  if (c != nullptr && !c->is_array())
+    throw json_read_error("/choices", specgen::detail::wrong_type_problem("an array", *c));
+  return c;
+}
+
+/// Choice `c` must be an object.
+void check_choice(const json& c) {
+  if (!c.is_object()) throw json_read_error({}, specgen::detail::wrong_type_problem("an object", c));
 }
 
 /// A finish reason as the engine knows it; `error` for one it does not
@@ -118,33 +160,10 @@ class main_decoder final : public stream_decoder {
       fail(fmt::format("the server reported an error: {}", excerpt(*e, 300)), out);
       return;
     }
-    if (auto p = ids_at(j, "prompt_token_ids")) {
-      ++progress_;  // the prompt was read: prefill is done
-      out.emplace_back(stream_meta{.id = id_, .prompt_ids = std::move(*p), .ids_broken = false});
-    }
-    std::optional<std::uint64_t> total;  // cumulative completion tokens (continuous usage)
-    if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-      const usage_report r = read_usage(*u);
-      total = r.completion;
-      // The same report again is a keep-alive, not progress.
-      if ((r.prompt && r.prompt != usage_.prompt) || (r.cached && r.cached != usage_.cached) ||
-          (r.completion && r.completion != usage_.completion) || (r.reasoning && r.reasoning != usage_.reasoning))
-        ++progress_;
-      if (r.prompt) usage_.prompt = r.prompt;
-      if (r.cached) usage_.cached = r.cached;
-      if (r.completion) usage_.completion = r.completion;
-      if (r.reasoning) usage_.reasoning = r.reasoning;
-    }
-    auto choices = j.find("choices");
-    if (choices == j.end() || !choices->is_array()) return;
-    for (const auto& c : *choices) {
-      if (!c.is_object()) continue;
-      if (auto idx = count_at(c, "index"); idx && *idx != 0) {
-        fail(fmt::format("the server sent choice {} of a request for one", *idx), out);
-        return;
-      }
-      choice(c, total, out);
-      if (ended_) return;
+    try {
+      event(j, out);
+    } catch (const json_read_error& e) {
+      fail(malformed(e), out);
     }
   }
 
@@ -173,13 +192,53 @@ class main_decoder final : public stream_decoder {
   void reset() override { *this = main_decoder(id_, std::move(think_open_), max_bytes_); }
 
  private:
+  /// One event that is not an error report.
+  void event(const json& j, delivery_batch& out) {
+    if (auto p = ids_at(j, "prompt_token_ids")) {
+      ++progress_;  // the prompt was read: prefill is done
+      out.emplace_back(stream_meta{.id = id_, .prompt_ids = std::move(*p), .ids_broken = false});
+    }
+    std::optional<std::uint64_t> total;  // cumulative completion tokens (continuous usage)
+    if (const auto r = read_usage(j)) {
+      total = r->completion;
+      // The same report again is a keep-alive, not progress.
+      if ((r->prompt && r->prompt != usage_.prompt) || (r->cached && r->cached != usage_.cached) ||
+          (r->completion && r->completion != usage_.completion) || (r->reasoning && r->reasoning != usage_.reasoning))
+        ++progress_;
+      if (r->prompt) usage_.prompt = r->prompt;
+      if (r->cached) usage_.cached = r->cached;
+      if (r->completion) usage_.completion = r->completion;
+      if (r->reasoning) usage_.reasoning = r->reasoning;
+    }
+    const json* choices = choices_of(j);
+    if (choices == nullptr) return;
+    for (std::size_t i = 0; i < choices->size(); ++i) {
+      const json& c = (*choices)[i];
+      try {
+        check_choice(c);
+        if (auto idx = count_at(c, "index"); idx && *idx != 0) {
+          fail(fmt::format("the server sent choice {} of a request for one", *idx), out);
+          return;
+        }
+        choice(c, total, out);
+      } catch (json_read_error& e) {
+        e.nest(i);
+        e.nest("choices");
+        throw;
+      }
+      if (ended_) return;
+    }
+  }
+
   void choice(const json& c, std::optional<std::uint64_t> total, delivery_batch& out) {
     std::string_view reasoning;
     std::string_view content;
-    if (auto d = c.find("delta"); d != c.end() && d->is_object()) {
-      reasoning = string_at(*d, "reasoning_content");
-      if (reasoning.empty()) reasoning = string_at(*d, "reasoning");
-      content = string_at(*d, "content");
+    if (const json* d = object_at(c, "delta")) {
+      nested_in("delta", [&] {
+        reasoning = string_at(*d, "reasoning_content");
+        if (reasoning.empty()) reasoning = string_at(*d, "reasoning");
+        content = string_at(*d, "content");
+      });
     }
     std::optional<std::vector<token_id>> ids = ids_at(c, "token_ids");
     const bool answer = !content.empty() && reasoning.empty();  // the first answer chunk may follow an unstreamed close marker
@@ -288,32 +347,10 @@ class fork_decoder final : public stream_decoder {
       on_failure(fmt::format("the server reported an error: {}", excerpt(*e, 300)), out);
       return;
     }
-    const json* usage_obj = nullptr;
-    if (auto u = j.find("usage"); u != j.end() && u->is_object()) usage_obj = &*u;
-    const bool was_waiting = waiting_.has_value();
-    std::uint64_t arrived = 0;
-    if (auto choices = j.find("choices"); choices != j.end() && choices->is_array()) {
-      for (const auto& c : *choices) {
-        if (!c.is_object()) continue;
-        const std::uint64_t i = count_at(c, "index").value_or(0);
-        if (i >= samples_.size()) {
-          on_failure(fmt::format("the server sent choice {} of a request for {}", i, samples_.size()), out);
-          return;
-        }
-        arrived += choice(samples_[i], static_cast<int>(i), c, usage_obj, out);
-      }
-    }
-    // A usage object without choices is the request's final report.
-    if (usage_obj && (j.find("choices") == j.end() || j["choices"].empty())) {
-      const usage_report r = read_usage(*usage_obj);
-      if (!final_) ++progress_;
-      final_ = r;
-      if (waiting_) end_sample(*waiting_, out);
-    }
-    if (waiting_ && was_waiting) {
-      tail_ += arrived;
-      // Tokens of every sample count: the server is still generating each of them.
-      if (tail_ > static_cast<std::uint64_t>(how_.tail_tokens) * samples_.size()) end_sample(*waiting_, out);  // no usage report, then
+    try {
+      event(j, out);
+    } catch (const json_read_error& e) {
+      on_failure(malformed(e), out);
     }
   }
 
@@ -352,15 +389,58 @@ class fork_decoder final : public stream_decoder {
     return static_cast<std::size_t>(std::count_if(samples_.begin(), samples_.end(), [](const sample& s) { return !s.ended; }));
   }
 
+  /// One event that is not an error report.
+  void event(const json& j, delivery_batch& out) {
+    // The usage object is read only when needed: a choice without token ids, or the final report.
+    const json* usage_obj = object_at(j, "usage");
+    std::optional<usage_report> used;
+    auto usage_now = [&]() -> const usage_report& {
+      if (!used) used = read_usage(j);
+      return *used;
+    };
+    const bool was_waiting = waiting_.has_value();
+    std::uint64_t arrived = 0;
+    const json* choices = choices_of(j);
+    if (choices != nullptr) {
+      for (std::size_t k = 0; k < choices->size(); ++k) {
+        const json& c = (*choices)[k];
+        // Continuous usage reports each choice's own running count.
+        const bool counted = usage_obj != nullptr && specgen::detail::present(c, "token_ids") == nullptr;
+        const std::optional<std::uint64_t> total = counted ? usage_now().completion : std::nullopt;
+        try {
+          check_choice(c);
+          const std::uint64_t i = count_at(c, "index").value_or(0);
+          if (i >= samples_.size()) {
+            on_failure(fmt::format("the server sent choice {} of a request for {}", i, samples_.size()), out);
+            return;
+          }
+          arrived += choice(samples_[i], static_cast<int>(i), c, total, out);
+        } catch (json_read_error& e) {
+          e.nest(k);
+          e.nest("choices");
+          throw;
+        }
+      }
+    }
+    // A usage object without choices is the request's final report.
+    if (usage_obj != nullptr && (choices == nullptr || choices->empty())) {
+      if (!final_) ++progress_;
+      final_ = usage_now();
+      if (waiting_) end_sample(*waiting_, out);
+    }
+    if (waiting_ && was_waiting) {
+      tail_ += arrived;
+      // Tokens of every sample count: the server is still generating each of them.
+      if (tail_ > static_cast<std::uint64_t>(how_.tail_tokens) * samples_.size()) end_sample(*waiting_, out);  // no usage report, then
+    }
+  }
+
   /// Returns the tokens this choice carried.
-  std::uint64_t choice(sample& s, int index, const json& c, const json* usage_obj, delivery_batch& out) {
+  /// `total`: the choice's running count of tokens from continuous usage, if any.
+  std::uint64_t choice(sample& s, int index, const json& c, std::optional<std::uint64_t> total, delivery_batch& out) {
     std::optional<std::vector<token_id>> ids = ids_at(c, "token_ids");
     std::uint64_t n = ids ? ids->size() : 0;
-    if (!ids) {
-      // Continuous usage reports each choice's own running count.
-      const std::optional<std::uint64_t> total = usage_obj ? read_usage(*usage_obj).completion : std::nullopt;
-      n = total ? (*total > s.tokens ? *total - s.tokens : 0) : 1;
-    }
+    if (!ids) n = total ? (*total > s.tokens ? *total - s.tokens : 0) : 1;
     std::string_view text = string_at(c, "text");
     if (text.empty() && !ids) n = 0;  // a finish chunk: no token in it
     s.tokens += n;
@@ -578,8 +658,8 @@ std::string error_message_of(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_discarded() && j.is_object()) {
     if (auto e = event_error(j)) return excerpt(*e, 300);
-    if (auto m = string_at(j, "message"); !m.empty()) return excerpt(m, 300);
-    if (auto m = string_at(j, "detail"); !m.empty()) return excerpt(m, 300);
+    if (auto m = loose_string_at(j, "message"); !m.empty()) return excerpt(m, 300);
+    if (auto m = loose_string_at(j, "detail"); !m.empty()) return excerpt(m, 300);
   }
   std::string_view s = body;
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.remove_suffix(1);

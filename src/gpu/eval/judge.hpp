@@ -9,6 +9,8 @@
 /// (tests/judge_test.cpp); session.cpp keeps the calls.
 #include "internal.hpp"
 
+#include <specgen/detail/json_fields.hpp>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -215,7 +217,8 @@ inline verdict recheck_verdict(const comparison& cmp, std::uint64_t recheck_seed
 
 /// The measurement of a profile result `r`: the candidate's timing `cs`, the
 /// baseline's `bs` (when timed; `baseline_of` names it) and the worker's
-/// phases and clocks. A note when the SM clock is unknown.
+/// phases and clocks. A note when the SM clock is unknown. A flag of the
+/// wrong type throws json_read_error (json_fields.hpp), naming its pointer.
 inline measurement measure(const json& r, const timing_side& cs, const std::optional<timing_side>& bs,
                            std::string_view baseline_of, std::vector<std::string>& notes) {
   measurement m;
@@ -225,7 +228,7 @@ inline measurement measure(const json& r, const timing_side& cs, const std::opti
   m.metrics["noise"] = cs.noise;
   m.metrics["samples"] = static_cast<double>(cs.samples_us.size());
   // 1 when the timed runs were gated (executor.hpp, context_state::hold).
-  m.metrics["launch_gate"] = r.value("launch_gate", false) ? 1.0 : 0.0;
+  m.metrics["launch_gate"] = specgen::detail::key_or(r, "launch_gate", false) ? 1.0 : 0.0;
   // Where the worker's time went (seconds): setup, warmup, sampling, cupti, timed_check, recheck, total.
   if (auto ph = r.find("phases_s"); ph != r.end() && ph->is_object())
     for (const auto& [name, v] : ph->items())
@@ -247,7 +250,7 @@ inline measurement measure(const json& r, const timing_side& cs, const std::opti
 /// CUPTI's cross-check of a profile result `r`: every kernel accounted for
 /// (`per_run` launches in each run), and its time agreeing with the events'.
 /// A verdict when it fails (`suspicious`, or nonsense while `what`); notes and
-/// the accuracy metrics otherwise.
+/// the accuracy metrics otherwise. A flag of the wrong type throws json_read_error.
 inline std::optional<verdict> judge_cupti(const json& r, const profile_config& pc, std::int64_t per_run,
                                           std::string_view what, measurement& m, std::vector<std::string>& notes) {
   auto cupti = r.find("cupti");
@@ -259,7 +262,7 @@ inline std::optional<verdict> judge_cupti(const json& r, const profile_config& p
     notes.push_back("the worker ran no CUPTI cross-check");
     return std::nullopt;
   }
-  if (!cupti->value("available", false)) {
+  if (!specgen::detail::nested_in("cupti", [&] { return specgen::detail::key_or(*cupti, "available", false); })) {
     auto reason = cupti->find("reason");
     notes.push_back(fmt::format("CUPTI unavailable: {}",
                                 reason != cupti->end() && reason->is_string() ? reason->get<std::string>() : "?"));
@@ -333,12 +336,13 @@ inline std::optional<verdict> judge_cupti(const json& r, const profile_config& p
 }
 
 /// The range profiler's hardware metrics of a profile result `r`, when asked
-/// for: feedback only, never a verdict.
+/// for: feedback only, never a verdict. A flag of the wrong type throws json_read_error.
 inline void read_hardware_metrics(const json& r, const profile_config& pc, measurement& m,
                                   std::vector<std::string>& notes) {
   if (!pc.hardware_metrics) return;
   auto hw = r.find("hardware_metrics");
-  if (hw == r.end() || !hw->is_object() || !hw->value("available", false)) {
+  if (hw == r.end() || !hw->is_object() ||
+      !specgen::detail::nested_in("hardware_metrics", [&] { return specgen::detail::key_or(*hw, "available", false); })) {
     const std::string why = hw != r.end() && hw->is_object() && hw->contains("reason") && (*hw)["reason"].is_string()
                                 ? (*hw)["reason"].get<std::string>()
                                 : std::string("the worker ran no range-profiler pass");

@@ -628,11 +628,17 @@ struct device_session::state {
 
     // Phase 5, the judging (judge.hpp): the measurement, CUPTI, the roofline.
     const json& r = (*resp)->result;
-    measurement m = measure(r, got->candidate, got->baseline, job->base == &t.reference ? "reference" : "baseline", notes);
-    auto plan = parse_plan(c.plan);
-    const auto per_run = static_cast<std::int64_t>(plan ? plan->launches.size() : 0);
-    if (auto bad = judge_cupti(r, pc, per_run, what, m, notes)) return finish(std::move(*bad));
-    read_hardware_metrics(r, pc, m, notes);
+    measurement m;
+    try {
+      m = measure(r, got->candidate, got->baseline, job->base == &t.reference ? "reference" : "baseline", notes);
+      auto plan = parse_plan(c.plan);
+      const auto per_run = static_cast<std::int64_t>(plan ? plan->launches.size() : 0);
+      if (auto bad = judge_cupti(r, pc, per_run, what, m, notes)) return finish(std::move(*bad));
+      read_hardware_metrics(r, pc, m, notes);
+    } catch (specgen::detail::json_read_error& bad) {  // a value of the wrong type: "/result/launch_gate: ..."
+      bad.nest("result");
+      return finish(nonsense(what, bad.what()));
+    }
     if (auto bad = judge_roofline(t, shape, dev.peak_dram_gbps, dev.l2_bytes, pc, m, notes)) return finish(std::move(*bad));
     e.timing = std::move(m);
     return finish(make(verdict_kind::ok, {}));
@@ -665,11 +671,17 @@ expected<std::unique_ptr<device_session>, error> device_session::open(session_co
     return unexpected(error{fmt::format("could not start the worker '{}' for device {}: {}", wc.program, config.device,
                                         started.error().message)});
   if (!config.assumed_device) {
-    const json hello = s->worker->info().hello;
-    const json dev = hello.value("device", json::object());
-    if (dev.is_object() && dev.value("name", std::string()) == "none")
-      return unexpected(error{fmt::format("no GPU: the worker for device {} reports: {}", config.device,
-                                          dev.value("error", std::string("no device")))});
+    // The hello is open (json_fields.hpp): only its device's name and error are read here.
+    namespace d = specgen::detail;
+    const json* dev = d::present(s->worker->info().hello, "device");
+    try {
+      if (dev != nullptr && dev->is_object() &&
+          d::nested_in("device", [&] { return d::key_or(*dev, "name", std::string()) == "none"; }))
+        return unexpected(error{fmt::format("no GPU: the worker for device {} reports: {}", config.device,
+                                            d::nested_in("device", [&] { return d::key_or(*dev, "error", std::string("no device")); }))});
+    } catch (const d::json_read_error& e) {
+      return unexpected(e.at(fmt::format("the hello of the worker for device {}", config.device)));
+    }
   }
   s->config = std::move(config);
   return std::unique_ptr<device_session>(new device_session(std::move(s)));

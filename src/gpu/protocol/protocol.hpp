@@ -26,6 +26,7 @@
 /// @endcode
 /// The full description is docs/worker-protocol.md.
 #include <specgen/detail/config.hpp>
+#include <specgen/detail/json_fields.hpp>
 #include <specgen/expected.hpp>
 
 #include <fmt/format.h>
@@ -212,36 +213,53 @@ inline constexpr int bulk_fd_in_worker = 3;
 inline constexpr std::size_t bulk_threshold_bytes = std::size_t{1} << 20;
 }  // namespace detail
 
+// Request and response bodies are read with json_fields.hpp's field_reader,
+// as open objects: keys this side does not know are ignored (a newer peer may
+// send more), while a key it reads with the wrong type is a bad_body error
+// naming the key's JSON pointer ("response body: /ok: expected true or false,
+// found string \"yes\""). `args` and `result` are the operation's own JSON.
+
 [[nodiscard]] inline expected<request, decode_error> read_request(const frame& f) {
   auto body = decode_body(f.payload);
   if (!body) return unexpected(body.error());
   const auto& j = body->json;
-  if (!j.is_object() || !j.contains("op") || !j["op"].is_string())
-    return unexpected(detail::bad_body(fmt::format("request body needs a string \"op\", got {}", j.dump().substr(0, 200))));
-  return request{j["op"].get<std::string>(), j.value("args", nlohmann::json::object()), std::move(body->binary)};
+  request r{.op = {}, .args = nlohmann::json::object(), .binary = std::move(body->binary)};
+  specgen::detail::field_reader in(j, "request body", "");
+  in.required("op", r.op);
+  if (!in.ok()) return unexpected(detail::bad_body(in.failure()->what()));
+  if (auto a = j.find("args"); a != j.end()) r.args = *a;
+  return r;
 }
 
 [[nodiscard]] inline expected<response, decode_error> read_response(const frame& f) {
   auto body = decode_body(f.payload);
   if (!body) return unexpected(body.error());
   const auto& j = body->json;
-  if (!j.is_object() || !j.contains("ok") || !j["ok"].is_boolean())
-    return unexpected(detail::bad_body(fmt::format("response body needs a boolean \"ok\", got {}", j.dump().substr(0, 200))));
-  response r{.ok = j["ok"].get<bool>(), .result = {}, .error = {}, .binary = std::move(body->binary)};
-  if (auto b = j.find("bulk"); b != j.end()) {
-    if (!b->is_number_unsigned() || !r.binary.empty())
-      return unexpected(detail::bad_body(fmt::format("\"bulk\" must be a byte count, with no binary part in the frame; "
-                                                     "got {} and {} binary bytes",
-                                                     b->dump().substr(0, 40), r.binary.size())));
-    r.bulk = b->get<std::uint64_t>();
+  response r{.ok = true, .result = {}, .error = {}, .binary = std::move(body->binary)};
+  specgen::detail::field_reader in(j, "response body", "");
+  in.required("ok", r.ok)
+      .optional("bulk", r.bulk)
+      .check(r.bulk == 0 || r.binary.empty(), "bulk",
+             fmt::format("the binary part is in the bulk region or in the frame, not both; the frame has {} binary bytes",
+                         r.binary.size()));
+  if (in.ok() && !r.ok) {
+    r.error = "(no error message)";
+    in.optional("error", r.error);
   }
-  if (r.ok) {
-    r.result = j.value("result", nlohmann::json());
-  } else {
-    auto it = j.find("error");
-    r.error = it != j.end() && it->is_string() ? it->get<std::string>() : std::string("(no error message)");
-  }
+  if (!in.ok()) return unexpected(detail::bad_body(in.failure()->what()));
+  if (r.ok) r.result = j.value("result", nlohmann::json());
   return r;
+}
+
+/// The text of a log frame (`{"text": ...}`); the whole JSON when it has no text.
+[[nodiscard]] inline expected<std::string, decode_error> read_log(const frame& f) {
+  auto body = decode_body(f.payload);
+  if (!body) return unexpected(body.error());
+  std::string text = body->json.dump();
+  specgen::detail::field_reader in(body->json, "log body", "");
+  in.optional("text", text);
+  if (!in.ok()) return unexpected(detail::bad_body(in.failure()->what()));
+  return text;
 }
 
 /**

@@ -354,9 +354,9 @@ worker_host::io_result worker_host::wait_frame_locked(detail::steady::time_point
       if (!f) return {io_outcome::garbage, {}, f.error().message};
       if (!*f) break;
       if ((*f)->type != message_type::log) return {io_outcome::message, std::move(**f), {}};
-      auto body = decode_body((*f)->payload);
-      if (!body) return {io_outcome::garbage, {}, body.error().message};
-      p.keep_stderr(body->json.is_object() ? body->json.value("text", body->json.dump()) : body->json.dump());
+      auto text = read_log(**f);
+      if (!text) return {io_outcome::garbage, {}, text.error().message};
+      p.keep_stderr(*text);
       p.keep_stderr("\n");
     }
     auto left = std::chrono::ceil<std::chrono::milliseconds>(until - detail::steady::now()).count();

@@ -188,6 +188,43 @@ TEST_CASE("a chat stream ends with a clear error on an error object, a malformed
   }
 }
 
+TEST_CASE("a value of the wrong type ends the stream with its JSON pointer; nulls and unknown keys are fine") {
+  auto error_after = [](const std::string& event) {
+    auto d = make_main_decoder(1, {});
+    delivery_batch b;
+    d->on_event(vllm_chunk("content", "x", {1}, 1), b);
+    d->on_event(event, b);
+    const decoded r = split(b);
+    CHECK(text_of(r, false) == "x");  // what came before stays delivered
+    return r.ends.empty() ? std::string("(no end)") : r.ends.at(0).error;
+  };
+  CHECK(error_after(R"({"choices":[{"index":0,"delta":{"content":5}}]})") ==
+        "the server sent a malformed event: /choices/0/delta/content: expected a string, found number 5 "
+        "(after 1 tokens, all delivered)");
+  CHECK_THAT(error_after(R"({"choices":[{"index":0,"delta":{"content":"y"},"token_ids":[1,"2"]}]})"),
+             Catch::StartsWith("the server sent a malformed event: /choices/0/token_ids/1: expected an integer in ["));
+  CHECK_THAT(error_after(R"({"choices":[],"usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":-1}}})"),
+             Catch::StartsWith("the server sent a malformed event: /usage/prompt_tokens_details/cached_tokens: "
+                               "expected an integer in [0, "));
+  CHECK_THAT(error_after(R"({"choices":[{"index":0,"delta":"text"}]})"),
+             Catch::StartsWith("the server sent a malformed event: /choices/0/delta: expected an object, found string"));
+  CHECK_THAT(error_after(R"({"choices":{"index":0}})"),
+             Catch::StartsWith("the server sent a malformed event: /choices: expected an array, found object"));
+
+  // The wire format is open: nulls are absent keys, and keys the client does not read are ignored.
+  auto d = make_main_decoder(1, {});
+  delivery_batch b;
+  d->on_event(R"({"choices":[{"index":0,"delta":{"content":"y","role":null,"tool_calls":null,"new_field":[1]},)"
+              R"("finish_reason":null,"token_ids":null,"logprobs":{"x":1}}],"usage":null,"system_fingerprint":7})", b);
+  d->on_event(R"({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})", b);
+  d->on_done(b);
+  const decoded r = split(b);
+  CHECK(text_of(r, false) == "y");
+  REQUIRE(r.ends.size() == 1);
+  CHECK(r.ends[0].reason == finish_reason::stop);
+  CHECK(r.ends[0].error.empty());
+}
+
 TEST_CASE("reset lets a retried request decode from the start") {
   auto d = make_main_decoder(1, {});
   delivery_batch b;
@@ -304,6 +341,24 @@ TEST_CASE("a fork refuses a choice index beyond its samples") {
   const decoded r = split(b);
   REQUIRE(r.ends.size() == 2);
   CHECK_THAT(r.ends[0].error, Catch::Contains("choice 5 of a request for 2"));
+}
+
+TEST_CASE("a fork ends every open sample on a value of the wrong type, naming its JSON pointer") {
+  auto d = make_fork_decoder(9, {.samples = 2, .stop_at_closing_fence = true, .tail_tokens = 32});
+  delivery_batch b;
+  d->on_event(cmpl(0, "x"), b);
+  d->on_event(R"({"choices":[{"index":1,"text":["not","text"]}]})", b);
+  const decoded r = split(b);
+  REQUIRE(r.ends.size() == 2);
+  for (const auto& e : r.ends) {
+    CHECK(e.reason == finish_reason::error);
+    CHECK_THAT(e.error, Catch::StartsWith("the server sent a malformed event: /choices/0/text: expected a string, found array"));
+  }
+  auto u = make_fork_decoder(9, {.samples = 1, .stop_at_closing_fence = true, .tail_tokens = 32});
+  delivery_batch c;
+  u->on_event(R"({"choices":[],"usage":{"prompt_tokens":"12"}})", c);
+  CHECK_THAT(split(c).ends.at(0).error,
+             Catch::StartsWith("the server sent a malformed event: /usage/prompt_tokens: expected an integer in [0, "));
 }
 
 TEST_CASE("chat bodies carry each server's extensions and nothing else") {

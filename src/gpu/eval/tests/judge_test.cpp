@@ -109,6 +109,21 @@ TEST_CASE("judge: the measurement takes the speedup, the worker's phases and the
   CHECK(notes == std::vector<std::string>{"the SM clock is unknown (NVML unavailable)"});
 }
 
+TEST_CASE("judge: a flag of a profile result with the wrong type is a read error naming its pointer") {
+  const timing_side cs{.samples_us = {10}, .median_us = 10, .noise = 0, .spread = 0};
+  std::vector<std::string> notes;
+  CHECK_THROWS_WITH(measure({{"launch_gate", "yes"}}, cs, std::nullopt, "baseline", notes),
+                    "/launch_gate: expected true or false, found string \"yes\"");
+  profile_config pc;
+  pc.cupti_check = true;
+  pc.hardware_metrics = true;
+  measurement m;
+  CHECK_THROWS_WITH(judge_cupti({{"cupti", {{"available", 1}}}}, pc, 1, "profiling", m, notes),
+                    "/cupti/available: expected true or false, found number 1");
+  CHECK_THROWS_WITH(read_hardware_metrics({{"hardware_metrics", {{"available", "no"}}}}, pc, m, notes),
+                    "/hardware_metrics/available: expected true or false, found string \"no\"");
+}
+
 TEST_CASE("judge: CUPTI's cross-check") {
   profile_config pc;
   pc.cupti_check = true;

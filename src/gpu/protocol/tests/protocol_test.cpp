@@ -187,6 +187,41 @@ TEST_CASE("malformed bodies are bad_body errors, not exceptions") {
   CHECK_FALSE(read_response({message_type::response, 1, encode_body({{"ok", "yes"}})}));
 }
 
+TEST_CASE("a body key of the wrong type is a bad_body error naming its JSON pointer; unknown keys are ignored") {
+  auto no_op = read_request({message_type::request, 1, encode_body({{"args", 1}})});
+  REQUIRE_FALSE(no_op);
+  CHECK(no_op.error().what == decode_error::kind::bad_body);
+  CHECK(no_op.error().message == "request body: /op: missing (required)");
+  auto op = read_request({message_type::request, 1, encode_body({{"op", {{"name", "run"}}}})});
+  REQUIRE_FALSE(op);
+  CHECK(op.error().message == "request body: /op: expected a string, found object {\"name\":\"run\"}");
+  auto array = read_request({message_type::request, 1, encode_body({1, 2})});
+  REQUIRE_FALSE(array);
+  CHECK(array.error().message == "request body: /: expected an object, found array");
+
+  auto ok = read_response({message_type::response, 1, encode_body({{"ok", "yes"}})});
+  REQUIRE_FALSE(ok);
+  CHECK(ok.error().message == "response body: /ok: expected true or false, found string \"yes\"");
+  auto err = read_response({message_type::response, 1, encode_body({{"ok", false}, {"error", {{"text", "x"}}}})});
+  REQUIRE_FALSE(err);
+  CHECK(err.error().message == "response body: /error: expected a string, found object {\"text\":\"x\"}");
+
+  // Open: a newer peer's extra keys are ignored; a refusal without a message still reads.
+  auto newer = read_request({message_type::request, 1, encode_body({{"op", "echo"}, {"args", {{"a", 1}}}, {"trace", true}})});
+  REQUIRE(newer);
+  CHECK(newer->op == "echo");
+  CHECK(newer->args == nlohmann::json{{"a", 1}});
+  auto refused = read_response({message_type::response, 1, encode_body({{"ok", false}, {"took_ms", 3}})});
+  REQUIRE(refused);
+  CHECK(refused->error == "(no error message)");
+
+  CHECK(read_log({message_type::log, 0, encode_body({{"text", "hi"}, {"level", 2}})}).value() == "hi");
+  CHECK(read_log({message_type::log, 0, encode_body({{"level", 2}})}).value() == R"({"level":2})");
+  auto log = read_log({message_type::log, 0, encode_body({{"text", 5}})});
+  REQUIRE_FALSE(log);
+  CHECK(log.error().message == "log body: /text: expected a string, found number 5");
+}
+
 TEST_CASE("random bytes never crash the decoder") {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 500; ++trial) {
@@ -217,7 +252,12 @@ TEST_CASE("a response may say its binary part is in the bulk region, never both 
   auto body = [](const std::string& json, const std::string& bin) {
     return encode_body(nlohmann::json::parse(json), bin);
   };
-  CHECK_FALSE(read_response({message_type::response, 3, body(both, "xy")}));
-  CHECK_FALSE(read_response({message_type::response, 3, body(R"({"ok": true, "bulk": -1})", "")}));
+  auto twice = read_response({message_type::response, 3, body(both, "xy")});
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error().message == "response body: /bulk: the binary part is in the bulk region or in the frame, not both; "
+                                 "the frame has 2 binary bytes");
+  auto negative = read_response({message_type::response, 3, body(R"({"ok": true, "bulk": -1})", "")});
+  REQUIRE_FALSE(negative);
+  CHECK(negative.error().message == "response body: /bulk: expected an integer in [0, 18446744073709551615], found number -1");
   CHECK(read_response({message_type::response, 3, body(both, "")}));
 }
