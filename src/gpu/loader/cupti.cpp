@@ -106,15 +106,14 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 
 /// libcupti loaded and the callbacks registered, once per process.
 const expected<const cupti_api*>& load_cupti() {
-  static const expected<const cupti_api*> loaded = []() -> expected<const cupti_api*> {
-    auto api = open_cupti(cupti_candidates());
-    if (!api) return unexpected(api.error());
-    static const cupti_api kept = std::move(*api);
-    the_collector().api = &kept;
-    if (CUptiResult r = kept.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS)
-      return unexpected(error{fmt::format("cuptiActivityRegisterCallbacks failed: {}", result_text(kept, r))});
-    return &kept;
-  }();
+  static const expected<const cupti_api*> loaded =
+      open_cupti(cupti_candidates()).and_then([](cupti_api api) -> expected<const cupti_api*> {
+        static const cupti_api kept = std::move(api);
+        the_collector().api = &kept;
+        if (CUptiResult r = kept.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS)
+          return unexpected(error{fmt::format("cuptiActivityRegisterCallbacks failed: {}", result_text(kept, r))});
+        return &kept;
+      });
   return loaded;
 }
 
@@ -138,9 +137,7 @@ std::vector<std::string> cupti_candidates() {
 }
 
 expected<std::string> probe_cupti(const std::vector<std::string>& candidates) {
-  auto api = open_cupti(candidates);
-  if (!api) return unexpected(api.error());
-  return api->library;
+  return open_cupti(candidates).transform([](const cupti_api& api) { return api.library; });
 }
 
 expected<std::unique_ptr<cupti_activity>> cupti_activity::start(CUcontext context, CUstream stream) {

@@ -63,12 +63,10 @@ expected<rp_api> open_range_profiler(const std::vector<std::string>& candidates)
 }
 
 const expected<const rp_api*>& load_range_profiler() {
-  static const expected<const rp_api*> loaded = []() -> expected<const rp_api*> {
-    auto api = open_range_profiler(cupti_candidates());
-    if (!api) return unexpected(api.error());
-    static const rp_api kept = std::move(*api);
+  static const expected<const rp_api*> loaded = open_range_profiler(cupti_candidates()).transform([](rp_api api) {
+    static const rp_api kept = std::move(api);
     return &kept;
-  }();
+  });
   return loaded;
 }
 

@@ -291,9 +291,7 @@ std::vector<std::string> default_metric_names() {
 }
 
 expected<std::string> probe_range_profiler(const std::vector<std::string>& candidates) {
-  auto api = open_range_profiler(candidates);
-  if (!api) return unexpected(api.error());
-  return api->library;
+  return open_range_profiler(candidates).transform([](const rp_api& api) { return api.library; });
 }
 
 expected<std::size_t> metric_passes(const std::string& chip, const std::vector<std::string>& metrics) {
@@ -301,9 +299,7 @@ expected<std::size_t> metric_passes(const std::string& chip, const std::vector<s
     const auto& loaded = load_range_profiler();
     if (!loaded) return unexpected(error{fmt::format("range profiler: {}", loaded.error().message)});
     auto names = c_names(metrics);
-    auto c = make_config(**loaded, chip, nullptr, names);
-    if (!c) return unexpected(c.error());
-    return c->passes;
+    return make_config(**loaded, chip, nullptr, names).transform([](const config& c) { return c.passes; });
   } catch (const std::exception& e) {
     return unexpected(error{fmt::format("range profiler: {}", e.what())});
   }

@@ -164,8 +164,7 @@ struct profiler {
   }
 
   expected<double, failure> run_once(side& s) {
-    if (auto p = prepare_run(s); !p) return unexpected(p.error());
-    return timed(s);
+    return prepare_run(s).and_then([&] { return timed(s); });
   }
 
   expected<void, failure> sample(side& s) {
