@@ -160,7 +160,7 @@ std::vector<kernel_resources> parse_ptxas_info(std::string_view log);
  *   if (k) for (const auto& e : *k) std::cout << e.name << ": " << e.registers << " registers\n";
  * @endcode
  */
-expected<std::vector<kernel_resources>, std::string> read_cubin_kernels(std::span<const std::byte> cubin);
+expected<std::vector<kernel_resources>> read_cubin_kernels(std::span<const std::byte> cubin);
 
 /// The kernels of a compile: the cubin's entry functions and their resources
 /// (the authority on which kernels exist), with the spills of the same-named

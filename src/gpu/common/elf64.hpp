@@ -115,8 +115,8 @@ struct image {
 };
 
 /// Reads the ELF header and the section headers of `bytes`.
-inline expected<image, std::string> read_image(std::span<const std::byte> bytes) {
-  const auto fail = [](std::string why) { return unexpected(std::move(why)); };
+inline expected<image> read_image(std::span<const std::byte> bytes) {
+  const auto fail = [](std::string why) { return unexpected(error{std::move(why)}); };
   const reader r(bytes);
   if (bytes.size() < header_size) return fail(fmt::format("{} bytes are too few for an ELF64 header", bytes.size()));
   constexpr std::array<std::uint8_t, 4> magic{0x7f, 'E', 'L', 'F'};
@@ -179,8 +179,8 @@ inline expected<image, std::string> read_image(std::span<const std::byte> bytes)
 /// The entries of symbol table `table` (a section of `img` of type
 /// sht_symtab), in table order, index 0 included, so that an index read
 /// elsewhere in the image selects the same entry.
-inline expected<std::vector<symbol>, std::string> read_symbols(const image& img, const section& table) {
-  const auto fail = [](std::string why) { return unexpected(std::move(why)); };
+inline expected<std::vector<symbol>> read_symbols(const image& img, const section& table) {
+  const auto fail = [](std::string why) { return unexpected(error{std::move(why)}); };
   if (table.entsize != symbol_size || table.size % symbol_size != 0) return fail("a symbol table with odd entries");
   if (table.link >= img.sections.size()) return fail("a symbol table without its string table");
   const section& strings = img.sections[table.link];

@@ -272,9 +272,9 @@ void compiler::compile_async(std::string source, compile_options options, std::f
 
 expected<std::string, compile_failure> compiler::cache_key(std::string_view source,
                                                            const compile_options& options) const {
-  auto prepared = state_->prepare(options);
-  if (!prepared) return unexpected(prepared.error());
-  return detail::compiler_state::key_of(*prepared->first, prepared->second, source);
+  return state_->prepare(options).transform([&](const auto& prepared) {
+    return detail::compiler_state::key_of(*prepared.first, prepared.second, source);
+  });
 }
 
 compiler_stats compiler::stats() const {

@@ -44,17 +44,17 @@ constexpr std::uint64_t default_reserved_smem = 1024;
 
 }  // namespace
 
-expected<std::vector<kernel_resources>, std::string> read_cubin_kernels(std::span<const std::byte> cubin) {
-  const auto fail = [](std::string why) { return unexpected(fmt::format("unreadable cubin: {}", why)); };
+expected<std::vector<kernel_resources>> read_cubin_kernels(std::span<const std::byte> cubin) {
+  const auto fail = [](std::string why) { return unexpected(error{fmt::format("unreadable cubin: {}", why)}); };
   auto img = elf64::read_image(cubin);
-  if (!img) return fail(img.error());
+  if (!img) return fail(img.error().message);
   const auto& sections = img->sections;
 
   const auto symtab = std::find_if(sections.begin(), sections.end(),
                                    [](const elf64::section& s) { return s.type == elf64::sht_symtab; });
   if (symtab == sections.end()) return fail("no symbol table");
   auto symbols = elf64::read_symbols(*img, *symtab);
-  if (!symbols) return fail(symbols.error());
+  if (!symbols) return fail(symbols.error().message);
 
   // The entry functions, in symbol table order; by symbol index for the attributes.
   std::vector<kernel_resources> kernels;

@@ -169,30 +169,31 @@ struct decoded_run {
   std::vector<std::span<const std::byte>> outputs{};
 };
 
-inline expected<std::vector<std::string>, std::string> string_list(const json& j, const char* field) {
+inline expected<std::vector<std::string>> string_list(const json& j, const char* field) {
   auto it = j.find(field);
   if (it == j.end() || it->is_null()) return std::vector<std::string>{};
-  if (!it->is_array()) return unexpected(fmt::format("\"{}\" is not an array", field));
+  if (!it->is_array()) return unexpected(error{fmt::format("\"{}\" is not an array", field)});
   std::vector<std::string> out;
   for (const auto& e : *it) {
-    if (!e.is_string()) return unexpected(fmt::format("\"{}\" holds a non-string", field));
+    if (!e.is_string()) return unexpected(error{fmt::format("\"{}\" holds a non-string", field)});
     out.push_back(e.get<std::string>());
   }
   return out;
 }
 
-inline expected<bool, std::string> flag(const json& j, const char* field) {
+inline expected<bool> flag(const json& j, const char* field) {
   auto it = j.find(field);
-  if (it == j.end() || !it->is_boolean()) return unexpected(fmt::format("\"{}\" is missing or not a boolean", field));
+  if (it == j.end() || !it->is_boolean())
+    return unexpected(error{fmt::format("\"{}\" is missing or not a boolean", field)});
   return it->get<bool>();
 }
 
 /// Decodes one run entry (`{"elapsed_ms", "guards_intact", ..., "outputs"}`)
 /// against `binary` and the byte sizes the task's outputs must have.
 /// Every offset and length is checked; nothing here trusts the worker.
-inline expected<decoded_run, std::string> decode_run(const json& j, std::span<const std::byte> binary,
-                                                    const task& t, const std::vector<std::size_t>& output_bytes) {
-  if (!j.is_object()) return unexpected(std::string("a run is not a JSON object"));
+inline expected<decoded_run> decode_run(const json& j, std::span<const std::byte> binary, const task& t,
+                                        const std::vector<std::size_t>& output_bytes) {
+  if (!j.is_object()) return unexpected(error{"a run is not a JSON object"});
   decoded_run r;
   if (auto it = j.find("elapsed_ms"); it != j.end() && it->is_number()) r.elapsed_ms = it->get<double>();
   auto gi = flag(j, "guards_intact");
@@ -210,16 +211,16 @@ inline expected<decoded_run, std::string> decode_run(const json& j, std::span<co
   if (!*gi && r.guards_broken.empty()) r.guards_broken.push_back("?");
   if (!*ii && r.inputs_changed.empty()) r.inputs_changed.push_back("?");
   auto outs = j.find("outputs");
-  if (outs == j.end() || !outs->is_array()) return unexpected(std::string("\"outputs\" is missing or not an array"));
+  if (outs == j.end() || !outs->is_array()) return unexpected(error{"\"outputs\" is missing or not an array"});
   for (std::size_t k = 0; k < t.outputs.size(); ++k) {
     const std::string& name = t.outputs[k].name;
     const json* found = nullptr;
     for (const auto& o : *outs)
       if (o.is_object() && o.contains("name") && o["name"].is_string() && o["name"].get<std::string>() == name) {
-        if (found) return unexpected(fmt::format("output '{}' is listed twice", name));
+        if (found) return unexpected(error{fmt::format("output '{}' is listed twice", name)});
         found = &o;
       }
-    if (!found) return unexpected(fmt::format("output '{}' is missing", name));
+    if (!found) return unexpected(error{fmt::format("output '{}' is missing", name)});
     const json& o = *found;
     auto natural = [&](const char* f) -> std::optional<std::uint64_t> {
       auto it = o.find(f);
@@ -230,14 +231,14 @@ inline expected<decoded_run, std::string> decode_run(const json& j, std::span<co
     };
     const auto off = natural("offset"), len = natural("length");
     if (!off || !len)
-      return unexpected(fmt::format("output '{}' needs non-negative integer \"offset\" and \"length\"", name));
+      return unexpected(error{fmt::format("output '{}' needs non-negative integer \"offset\" and \"length\"", name)});
     const std::uint64_t offset = *off, length = *len;
     if (offset > binary.size() || length > binary.size() - offset)
-      return unexpected(fmt::format("output '{}' (offset {}, length {}) lies outside the {} binary bytes", name,
-                                    offset, length, binary.size()));
+      return unexpected(error{fmt::format("output '{}' (offset {}, length {}) lies outside the {} binary bytes", name,
+                                          offset, length, binary.size())});
     if (length != output_bytes[k])
-      return unexpected(fmt::format("output '{}' has {} bytes; the task's shape needs {}", name, length,
-                                    output_bytes[k]));
+      return unexpected(error{fmt::format("output '{}' has {} bytes; the task's shape needs {}", name, length,
+                                          output_bytes[k])});
     r.outputs.push_back(binary.subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(length)));
   }
   return r;
@@ -245,17 +246,16 @@ inline expected<decoded_run, std::string> decode_run(const json& j, std::span<co
 
 /// The runs of a successful `run` result: `runs` when present (protocol
 /// additions), else the top-level fields as the only run.
-inline expected<std::vector<decoded_run>, std::string> decode_runs(const json& result,
-                                                                  std::span<const std::byte> binary, const task& t,
-                                                                  const std::vector<std::size_t>& output_bytes,
-                                                                  int expected_runs) {
+inline expected<std::vector<decoded_run>> decode_runs(const json& result, std::span<const std::byte> binary,
+                                                      const task& t, const std::vector<std::size_t>& output_bytes,
+                                                      int expected_runs) {
   std::vector<decoded_run> runs;
   auto it = result.find("runs");
   if (it != result.end() && !it->is_null()) {
-    if (!it->is_array()) return unexpected(std::string("\"runs\" is not an array"));
+    if (!it->is_array()) return unexpected(error{"\"runs\" is not an array"});
     for (const auto& r : *it) {
       auto d = decode_run(r, binary, t, output_bytes);
-      if (!d) return unexpected(fmt::format("run {}: {}", runs.size() + 1, d.error()));
+      if (!d) return unexpected(error{fmt::format("run {}: {}", runs.size() + 1, d.error().message)});
       runs.push_back(std::move(*d));
     }
   } else {
@@ -264,7 +264,7 @@ inline expected<std::vector<decoded_run>, std::string> decode_runs(const json& r
     runs.push_back(std::move(*d));
   }
   if (static_cast<int>(runs.size()) != expected_runs)
-    return unexpected(fmt::format("{} runs reported, {} requested", runs.size(), expected_runs));
+    return unexpected(error{fmt::format("{} runs reported, {} requested", runs.size(), expected_runs)});
   return runs;
 }
 

@@ -186,19 +186,19 @@ struct timing_side {
   double median_us = 0, noise = 0, spread = 0;
 };
 
-inline expected<timing_side, std::string> decode_side(const json& j, std::string_view who) {
-  if (!j.is_object()) return unexpected(fmt::format("\"{}\" is not an object", who));
+inline expected<timing_side> decode_side(const json& j, std::string_view who) {
+  if (!j.is_object()) return unexpected(error{fmt::format("\"{}\" is not an object", who)});
   timing_side s;
   auto samples = j.find("samples_us");
   if (samples == j.end() || !samples->is_array() || samples->empty())
-    return unexpected(fmt::format("\"{}.samples_us\" is missing or empty", who));
+    return unexpected(error{fmt::format("\"{}.samples_us\" is missing or empty", who)});
   for (const auto& v : *samples) {
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
-      return unexpected(fmt::format("\"{}.samples_us\" holds something other than a non-negative time", who));
+      return unexpected(error{fmt::format("\"{}.samples_us\" holds something other than a non-negative time", who)});
     s.samples_us.push_back(v.get<double>());
   }
   auto m = number(j, "median_us");
-  if (!m || *m <= 0) return unexpected(fmt::format("\"{}.median_us\" is missing or not positive", who));
+  if (!m || *m <= 0) return unexpected(error{fmt::format("\"{}.median_us\" is missing or not positive", who)});
   s.median_us = *m;
   s.noise = number(j, "noise").value_or(0);
   s.spread = number(j, "spread").value_or(0);

@@ -235,7 +235,7 @@ struct device_session::state {
       const std::string_view payload = (*resp)->payload();
       const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>(payload.data()), payload.size());
       auto decoded = decode_runs(result, bin, t, output_bytes, runs);
-      if (!decoded) return unexpected(nonsense(what, decoded.error()));
+      if (!decoded) return unexpected(nonsense(what, decoded.error().message));
       return run_answer{*resp, std::move(*decoded)};
     }
   }
@@ -553,11 +553,11 @@ struct device_session::state {
                                                     bool with_baseline, std::string_view what) {
     const json& r = resp.result;
     auto cs = decode_side(r.value("candidate", json()), "candidate");
-    if (!cs) return unexpected(nonsense(what, cs.error()));
+    if (!cs) return unexpected(nonsense(what, cs.error().message));
     std::optional<timing_side> bs;
     if (with_baseline) {
       auto b = decode_side(r.value("baseline", json()), "baseline");
-      if (!b) return unexpected(nonsense(what, b.error()));
+      if (!b) return unexpected(nonsense(what, b.error().message));
       bs = std::move(*b);
     }
     // Recheck: the last timed run, on inputs the kernel has not seen.
@@ -566,7 +566,7 @@ struct device_session::state {
     const std::string_view payload = resp.payload();
     const std::span<const std::byte> bin(reinterpret_cast<const std::byte*>(payload.data()), payload.size());
     auto recheck = decode_run(r.value("recheck", json()), bin, t, *sizes);
-    if (!recheck) return unexpected(nonsense(what, "recheck: " + recheck.error()));
+    if (!recheck) return unexpected(nonsense(what, "recheck: " + recheck.error().message));
     return profile_answer{.candidate = std::move(*cs), .baseline = std::move(bs), .recheck = std::move(*recheck)};
   }
 

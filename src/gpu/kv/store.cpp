@@ -395,17 +395,17 @@ struct kv_store_state {
       sum_at.push_back(tag_address(s) + 8);
     }
     SPECGEN_KV_TRY(d.set_words(d.compute, sum_at, sums));
-    auto k = d.upload(d.compute, keys.data(), keys.size_bytes());
-    if (!k) return unexpected(k.error());
-    return d.set_words(d.compute, key_at, *k);
+    return d.upload(d.compute, keys.data(), keys.size_bytes()).and_then([&](CUdeviceptr k) {
+      return d.set_words(d.compute, key_at, k);
+    });
   }
   /// Zeroes the tag keys of device slots about to be overwritten (on `d.compute`, before the bytes).
   expected<void, error> clear_tags(kv_device& d, std::span<const slot_ref> slots) {
     std::vector<std::uint64_t> key_at;
     for (const auto& s : slots) key_at.push_back(tag_address(s));
-    auto zeros = d.zeroed_words(d.compute, slots.size());
-    if (!zeros) return unexpected(zeros.error());
-    return d.set_words(d.compute, key_at, zeros->device);
+    return d.zeroed_words(d.compute, slots.size()).and_then([&](const kv_device::words& zeros) {
+      return d.set_words(d.compute, key_at, zeros.device);
+    });
   }
 
   /// Carries out a plan's moves (before anything else of the plan is written):
@@ -924,9 +924,9 @@ expected<void, error> kv_store::put_from_device(std::span<const std::uint64_t> k
   if (address % 16 != 0) return unexpected(error{"kv_store: put_from_device needs a 16-byte aligned address"});
   std::lock_guard lock(state_->mutex);
   context_scope scope(state_->api);
-  auto d = state_->device(device);
-  if (!d) return unexpected(d.error());
-  return state_->put(keys, {.kind = detail::put_kind::device, .host = nullptr, .dev = *d, .address = address});
+  return state_->device(device).and_then([&](auto* d) {
+    return state_->put(keys, {.kind = detail::put_kind::device, .host = nullptr, .dev = d, .address = address});
+  });
 }
 
 expected<duration, error> kv_store::get(std::span<const std::uint64_t> keys, std::span<std::byte> out) {
@@ -935,9 +935,9 @@ expected<duration, error> kv_store::get(std::span<const std::uint64_t> keys, std
     return unexpected(error{fmt::format("kv_store: get of {} blocks needs {} bytes, got {}", keys.size(), keys.size() * state_->bb, out.size())});
   std::lock_guard lock(state_->mutex);
   context_scope scope(state_->api);
-  auto t = state_->transfer(keys, {.dev = nullptr, .address = 0, .host = out.data()});
-  if (!t) return unexpected(t.error());
-  return t->time;
+  return state_->transfer(keys, {.dev = nullptr, .address = 0, .host = out.data()}).transform([](const kv_transfer& t) {
+    return t.time;
+  });
 }
 
 expected<duration, error> kv_store::fetch(std::span<const std::uint64_t> keys, std::vector<std::byte>& staging) {
@@ -1180,9 +1180,9 @@ policy::any_kv make_gpu_kv(std::shared_ptr<kv_store> store, const kv_model& mode
 expected<policy::any_kv, error> make_gpu_kv(const kv_model& model, kv_store_config config) {
   if (auto why = model.invalid(); !why.empty()) return unexpected(error{"make_gpu_kv: model: " + why});
   config.block_bytes = model.bytes_per_block();
-  auto store = kv_store::create(std::move(config));
-  if (!store) return unexpected(store.error());
-  return make_gpu_kv(std::move(*store), model);
+  return kv_store::create(std::move(config)).transform([&](std::shared_ptr<kv_store> store) {
+    return make_gpu_kv(std::move(store), model);
+  });
 }
 
 }  // namespace gpu

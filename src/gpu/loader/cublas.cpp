@@ -33,10 +33,10 @@ struct cublas_api {
   std::string library{};
 };
 
-expected<cublas_api, std::string> open_cublas() {
+expected<cublas_api> open_cublas() {
   const auto opened = open_first(cublas_candidates());
   if (!opened.handle)
-    return unexpected(fmt::format("cuBLAS is not available (tried {}: {})", opened.tried, opened.last_error));
+    return unexpected(error{fmt::format("cuBLAS is not available (tried {}: {})", opened.tried, opened.last_error)});
   cublas_api api;
   api.library = opened.loaded;
   std::string missing;
@@ -52,12 +52,12 @@ expected<cublas_api, std::string> open_cublas() {
   bind(api.gemm_ex, "cublasGemmEx");
   bind(api.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
   bind(api.sgemv, "cublasSgemv_v2");
-  if (!missing.empty()) return unexpected(fmt::format("{} lacks {}", opened.loaded, missing));
+  if (!missing.empty()) return unexpected(error{fmt::format("{} lacks {}", opened.loaded, missing)});
   return api;
 }
 
-const expected<cublas_api, std::string>& load_cublas() {
-  static const expected<cublas_api, std::string> loaded = open_cublas();
+const expected<cublas_api>& load_cublas() {
+  static const expected<cublas_api> loaded = open_cublas();
   return loaded;
 }
 
@@ -97,7 +97,7 @@ const std::string& cublas_session::library() const noexcept { return impl_->api-
 expected<std::unique_ptr<cublas_session>, runtime_error> cublas_session::open(CUstream stream) {
   using k = runtime_error::kind;
   const auto& loaded = load_cublas();
-  if (!loaded) return unexpected(runtime_error{k::internal, loaded.error(), {}});
+  if (!loaded) return unexpected(runtime_error{k::internal, loaded.error().message, {}});
   const cublas_api& api = *loaded;
   auto fail = [&](cublasStatus_t s, std::string_view what) {
     return unexpected(runtime_error{k::internal, fmt::format("{}: {}", what, api.status_name(s)), api.status_name(s)});

@@ -35,13 +35,13 @@ struct cupti_api {
   std::string library;
 };
 
-expected<cupti_api, std::string> open_cupti(const std::vector<std::string>& candidates) {
+expected<cupti_api> open_cupti(const std::vector<std::string>& candidates) {
   // Never closed: CUPTI keeps threads and callbacks for the process's life.
   const auto opened = open_first(candidates);
   if (!opened.handle)
-    return unexpected(fmt::format("libcupti not found ({} could not be loaded: {}); set SPECGEN_CUPTI_LIBRARY to the "
-                                  "path of libcupti.so.{}",
-                                  opened.tried, opened.last_error, CUDA_VERSION / 1000));
+    return unexpected(error{fmt::format("libcupti not found ({} could not be loaded: {}); set SPECGEN_CUPTI_LIBRARY "
+                                        "to the path of libcupti.so.{}",
+                                        opened.tried, opened.last_error, CUDA_VERSION / 1000)});
   cupti_api api;
   api.library = opened.loaded;
   std::string missing;
@@ -55,7 +55,7 @@ expected<cupti_api, std::string> open_cupti(const std::vector<std::string>& cand
   SPECGEN_CUPTI_FUNCTIONS(SPECGEN_CUPTI_CHECK)
 #undef SPECGEN_CUPTI_CHECK
   if (!api.cuptiGetStreamIdEx && !api.cuptiGetStreamId) missing += missing.empty() ? "cuptiGetStreamIdEx" : ", cuptiGetStreamIdEx";
-  if (!missing.empty()) return unexpected(fmt::format("{} lacks {}", opened.loaded, missing));
+  if (!missing.empty()) return unexpected(error{fmt::format("{} lacks {}", opened.loaded, missing)});
   return api;
 }
 
@@ -105,16 +105,15 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 }
 
 /// libcupti loaded and the callbacks registered, once per process.
-const expected<const cupti_api*, std::string>& load_cupti() {
-  static const expected<const cupti_api*, std::string> loaded = []() -> expected<const cupti_api*, std::string> {
-    auto api = open_cupti(cupti_candidates());
-    if (!api) return unexpected(api.error());
-    static const cupti_api kept = std::move(*api);
-    the_collector().api = &kept;
-    if (CUptiResult r = kept.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS)
-      return unexpected(fmt::format("cuptiActivityRegisterCallbacks failed: {}", result_text(kept, r)));
-    return &kept;
-  }();
+const expected<const cupti_api*>& load_cupti() {
+  static const expected<const cupti_api*> loaded =
+      open_cupti(cupti_candidates()).and_then([](cupti_api api) -> expected<const cupti_api*> {
+        static const cupti_api kept = std::move(api);
+        the_collector().api = &kept;
+        if (CUptiResult r = kept.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed); r != CUPTI_SUCCESS)
+          return unexpected(error{fmt::format("cuptiActivityRegisterCallbacks failed: {}", result_text(kept, r))});
+        return &kept;
+      });
   return loaded;
 }
 
@@ -137,13 +136,11 @@ std::vector<std::string> cupti_candidates() {
   return out;
 }
 
-expected<std::string, std::string> probe_cupti(const std::vector<std::string>& candidates) {
-  auto api = open_cupti(candidates);
-  if (!api) return unexpected(api.error());
-  return api->library;
+expected<std::string> probe_cupti(const std::vector<std::string>& candidates) {
+  return open_cupti(candidates).transform([](const cupti_api& api) { return api.library; });
 }
 
-expected<std::unique_ptr<cupti_activity>, std::string> cupti_activity::start(CUcontext context, CUstream stream) {
+expected<std::unique_ptr<cupti_activity>> cupti_activity::start(CUcontext context, CUstream stream) {
   const auto& loaded = load_cupti();
   if (!loaded) return unexpected(loaded.error());
   const cupti_api& api = **loaded;
@@ -152,14 +149,14 @@ expected<std::unique_ptr<cupti_activity>, std::string> cupti_activity::start(CUc
     the_collector().records.clear();
   }
   if (CUptiResult r = api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); r != CUPTI_SUCCESS)
-    return unexpected(fmt::format("cuptiActivityEnable(CONCURRENT_KERNEL) failed: {} (another profiler attached, or "
-                                  "profiling not permitted to this user)",
-                                  result_text(api, r)));
+    return unexpected(error{fmt::format("cuptiActivityEnable(CONCURRENT_KERNEL) failed: {} (another profiler attached, "
+                                        "or profiling not permitted to this user)",
+                                        result_text(api, r))});
   std::unique_ptr<cupti_activity> a(new cupti_activity(context, 0));  // from here the destructor disables it
   std::uint32_t id = 0;
   CUptiResult r = api.cuptiGetStreamIdEx ? api.cuptiGetStreamIdEx(context, stream, 0, &id)
                                          : api.cuptiGetStreamId(context, stream, &id);
-  if (r != CUPTI_SUCCESS) return unexpected(fmt::format("cuptiGetStreamIdEx failed: {}", result_text(api, r)));
+  if (r != CUPTI_SUCCESS) return unexpected(error{fmt::format("cuptiGetStreamIdEx failed: {}", result_text(api, r))});
   a->stream_id_ = id;
   return a;
 }
@@ -172,11 +169,11 @@ cupti_activity::~cupti_activity() {
   the_collector().records.clear();
 }
 
-expected<std::vector<kernel_record>, std::string> cupti_activity::collect() {
+expected<std::vector<kernel_record>> cupti_activity::collect() {
   const cupti_api& api = **load_cupti();
   // Not under the lock: the flush may call buffer_completed on this thread.
   if (CUptiResult r = api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); r != CUPTI_SUCCESS)
-    return unexpected(fmt::format("cuptiActivityFlushAll failed: {}", result_text(api, r)));
+    return unexpected(error{fmt::format("cuptiActivityFlushAll failed: {}", result_text(api, r))});
   std::lock_guard lock(the_collector().mutex);
   return std::exchange(the_collector().records, {});
 }

@@ -23,7 +23,7 @@ std::vector<std::string> cupti_candidates();
 
 /// Loads libcupti from `candidates` and resolves what the activity pass
 /// needs (uncached; for tests): the file loaded, or why none could be.
-expected<std::string, std::string> probe_cupti(const std::vector<std::string>& candidates);
+expected<std::string> probe_cupti(const std::vector<std::string>& candidates);
 
 /// One kernel as a CUPTI activity record reports it.
 struct kernel_record {
@@ -42,7 +42,7 @@ class cupti_activity {
  public:
   /// Loads libcupti (once per process), enables CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
   /// and finds `stream`'s id; the error says why CUPTI is not available.
-  static expected<std::unique_ptr<cupti_activity>, std::string> start(CUcontext context, CUstream stream);
+  static expected<std::unique_ptr<cupti_activity>> start(CUcontext context, CUstream stream);
   ~cupti_activity();
   cupti_activity(const cupti_activity&) = delete;
   cupti_activity& operator=(const cupti_activity&) = delete;
@@ -51,7 +51,7 @@ class cupti_activity {
   [[nodiscard]] std::uint32_t stream_id() const noexcept { return stream_id_; }
   /// Flushes CUPTI's buffers (forced) and returns the kernel records
   /// completed since the last call. Call after the kernels have finished.
-  expected<std::vector<kernel_record>, std::string> collect();
+  expected<std::vector<kernel_record>> collect();
   /// CUPTI's clock now, in the records' time base (ns); 0 when it cannot say.
   [[nodiscard]] std::uint64_t timestamp() const;
   /// Records CUPTI dropped for lack of buffer space since the last call

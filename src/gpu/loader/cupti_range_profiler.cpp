@@ -32,13 +32,13 @@ std::string preload_nvperf_host(void* cupti_symbol) {
 
 }  // namespace
 
-expected<rp_api, std::string> open_range_profiler(const std::vector<std::string>& candidates) {
+expected<rp_api> open_range_profiler(const std::vector<std::string>& candidates) {
   // Never closed: CUPTI keeps threads and hooks for the process's life.
   const auto opened = open_first(candidates);
   if (!opened.handle)
-    return unexpected(fmt::format("libcupti not found ({} could not be loaded: {}); set SPECGEN_CUPTI_LIBRARY to the "
-                                  "path of libcupti.so.{}",
-                                  opened.tried, opened.last_error, CUDA_VERSION / 1000));
+    return unexpected(error{fmt::format("libcupti not found ({} could not be loaded: {}); set SPECGEN_CUPTI_LIBRARY "
+                                        "to the path of libcupti.so.{}",
+                                        opened.tried, opened.last_error, CUDA_VERSION / 1000)});
   rp_api api;
   api.library = opened.loaded;
   std::string missing;
@@ -49,24 +49,24 @@ expected<rp_api, std::string> open_range_profiler(const std::vector<std::string>
 #undef SPECGEN_RP_RESOLVE
   if (api.cuptiGetVersion && api.cuptiGetVersion(&api.version) != CUPTI_SUCCESS) api.version = 0;
   if (!missing.empty())
-    return unexpected(fmt::format("{} (CUPTI API version {}) lacks {}: the range profiler needs libcupti from CUDA 12.6 "
-                                  "Update 2 or newer (these headers are CUDA {}.{}'s)",
-                                  opened.loaded, api.version, missing, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10));
+    return unexpected(error{fmt::format("{} (CUPTI API version {}) lacks {}: the range profiler needs libcupti from "
+                                        "CUDA 12.6 Update 2 or newer (these headers are CUDA {}.{}'s)",
+                                        opened.loaded, api.version, missing, CUDA_VERSION / 1000,
+                                        CUDA_VERSION % 1000 / 10)});
   // Versions 1..28 count releases up to 12.9; 12.6 was 24. From 13.0 on it is 130000 and up.
   if (api.version < 24)
-    return unexpected(fmt::format("{} is CUPTI API version {}: the range profiler needs CUDA 12.6 Update 2 or newer",
-                                  opened.loaded, api.version));
+    return unexpected(error{fmt::format("{} is CUPTI API version {}: the range profiler needs CUDA 12.6 "
+                                        "Update 2 or newer",
+                                        opened.loaded, api.version)});
   api.nvperf_note = preload_nvperf_host(reinterpret_cast<void*>(api.cuptiGetResultString));
   return api;
 }
 
-const expected<const rp_api*, std::string>& load_range_profiler() {
-  static const expected<const rp_api*, std::string> loaded = []() -> expected<const rp_api*, std::string> {
-    auto api = open_range_profiler(cupti_candidates());
-    if (!api) return unexpected(api.error());
-    static const rp_api kept = std::move(*api);
+const expected<const rp_api*>& load_range_profiler() {
+  static const expected<const rp_api*> loaded = open_range_profiler(cupti_candidates()).transform([](rp_api api) {
+    static const rp_api kept = std::move(api);
     return &kept;
-  }();
+  });
   return loaded;
 }
 

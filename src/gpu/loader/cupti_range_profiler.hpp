@@ -57,11 +57,11 @@ struct rp_api {
 
 /// Loads libcupti from `candidates` and resolves the range profiler (uncached;
 /// for tests): the API, or why it cannot be used.
-expected<rp_api, std::string> open_range_profiler(const std::vector<std::string>& candidates);
+expected<rp_api> open_range_profiler(const std::vector<std::string>& candidates);
 
 /// libcupti with the range profiler, loaded once per process from
 /// `cupti_candidates()`; later calls return the same outcome.
-const expected<const rp_api*, std::string>& load_range_profiler();
+const expected<const rp_api*>& load_range_profiler();
 
 }  // namespace gpu::detail
 SPECGEN_END_NAMESPACE

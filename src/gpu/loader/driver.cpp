@@ -51,17 +51,16 @@ expected<driver_api, runtime_error> open_driver(const std::vector<std::string>& 
 }
 
 const expected<const driver_api*, runtime_error>& load_driver() {
-  static const expected<const driver_api*, runtime_error> loaded = []() -> expected<const driver_api*, runtime_error> {
-    auto api = open_driver(driver_candidates());
-    if (!api) return unexpected(api.error());
-    static const driver_api kept = std::move(*api);
-    if (CUresult r = kept.cuInit(0); r != CUDA_SUCCESS)
-      return unexpected(cuda_failure(kept, r,
-                                     r == CUDA_ERROR_NO_DEVICE ? runtime_error::kind::no_device
-                                                               : runtime_error::kind::no_driver,
-                                     fmt::format("cuInit (driver {})", kept.library)));
-    return &kept;
-  }();
+  static const expected<const driver_api*, runtime_error> loaded =
+      open_driver(driver_candidates()).and_then([](driver_api api) -> expected<const driver_api*, runtime_error> {
+        static const driver_api kept = std::move(api);
+        if (CUresult r = kept.cuInit(0); r != CUDA_SUCCESS)
+          return unexpected(cuda_failure(kept, r,
+                                         r == CUDA_ERROR_NO_DEVICE ? runtime_error::kind::no_device
+                                                                   : runtime_error::kind::no_driver,
+                                         fmt::format("cuInit (driver {})", kept.library)));
+        return &kept;
+      });
   return loaded;
 }
 

@@ -44,13 +44,13 @@ std::string nvml_error(const nvml_api& api, nvml_return r) {
 
 /// NVML loaded and initialised once per process (never shut down: the
 /// worker exits without destructors after a fault anyway).
-const expected<const nvml_api*, std::string>& load_nvml() {
-  static const expected<const nvml_api*, std::string> loaded = []() -> expected<const nvml_api*, std::string> {
+const expected<const nvml_api*>& load_nvml() {
+  static const expected<const nvml_api*> loaded = []() -> expected<const nvml_api*> {
     const auto opened = open_first(nvml_candidates());
     if (!opened.handle)
-      return unexpected(fmt::format("NVML not found ({} could not be loaded: {}); set SPECGEN_NVML_LIBRARY to the "
-                                    "path of libnvidia-ml.so.1",
-                                    opened.tried, opened.last_error));
+      return unexpected(error{fmt::format("NVML not found ({} could not be loaded: {}); set SPECGEN_NVML_LIBRARY to "
+                                          "the path of libnvidia-ml.so.1",
+                                          opened.tried, opened.last_error)});
     static nvml_api api;
     resolve(opened.handle, api.init, "nvmlInit_v2");
     resolve(opened.handle, api.handle_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
@@ -59,10 +59,10 @@ const expected<const nvml_api*, std::string>& load_nvml() {
     resolve(opened.handle, api.memory_bus_width, "nvmlDeviceGetMemoryBusWidth");
     resolve(opened.handle, api.error_string, "nvmlErrorString");
     if (!api.init || !api.handle_by_pci_bus_id || !api.clock_info)
-      return unexpected(fmt::format("{} lacks nvmlInit_v2, nvmlDeviceGetHandleByPciBusId_v2 or nvmlDeviceGetClockInfo",
-                                    opened.loaded));
+      return unexpected(error{fmt::format(
+          "{} lacks nvmlInit_v2, nvmlDeviceGetHandleByPciBusId_v2 or nvmlDeviceGetClockInfo", opened.loaded)});
     if (nvml_return r = api.init(); r != nvml_success)
-      return unexpected(fmt::format("nvmlInit_v2 failed: {}", nvml_error(api, r)));
+      return unexpected(error{fmt::format("nvmlInit_v2 failed: {}", nvml_error(api, r))});
     return &api;
   }();
   return loaded;
@@ -75,12 +75,13 @@ std::vector<std::string> nvml_candidates() {
   return {"libnvidia-ml.so.1"};
 }
 
-expected<nvml_device, std::string> nvml_device::open(const std::string& pci_bus_id) {
+expected<nvml_device> nvml_device::open(const std::string& pci_bus_id) {
   const auto& api = load_nvml();
   if (!api) return unexpected(api.error());
   nvml_device_handle h = nullptr;
   if (nvml_return r = (*api)->handle_by_pci_bus_id(pci_bus_id.c_str(), &h); r != nvml_success)
-    return unexpected(fmt::format("NVML does not know the GPU at PCI {}: {}", pci_bus_id, nvml_error(**api, r)));
+    return unexpected(
+        error{fmt::format("NVML does not know the GPU at PCI {}: {}", pci_bus_id, nvml_error(**api, r))});
   return nvml_device(h);
 }
 

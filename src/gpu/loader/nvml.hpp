@@ -21,7 +21,7 @@ std::vector<std::string> nvml_candidates();
 class nvml_device {
  public:
   /// The device at `pci_bus_id`, or why not ("NVML not found (libnvidia-ml.so.1 ...)").
-  static expected<nvml_device, std::string> open(const std::string& pci_bus_id);
+  static expected<nvml_device> open(const std::string& pci_bus_id);
 
   /// The current SM clock in MHz (nvmlDeviceGetClockInfo, NVML_CLOCK_SM).
   [[nodiscard]] std::optional<unsigned> sm_clock_mhz() const;

@@ -115,10 +115,10 @@ void disable_nvrtc_cache() noexcept { ::setenv("CUDA_CACHE_DISABLE", "1", /*over
 
 expected<const nvrtc_api*, error> load() {
   disable_nvrtc_cache();
-  auto opened = open_nvrtc(candidate_libraries());
-  if (!opened) return unexpected(opened.error());
-  static const nvrtc_api api = std::move(*opened);
-  return &api;
+  return open_nvrtc(candidate_libraries()).transform([](nvrtc_api opened) {
+    static const nvrtc_api api = std::move(opened);
+    return &api;
+  });
 }
 
 }  // namespace

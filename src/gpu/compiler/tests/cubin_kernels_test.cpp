@@ -217,7 +217,7 @@ TEST_CASE("a truncated or malformed cubin is an error, never a crash") {
     SECTION("no name table") { put_u16(bad, 0x3e, 0xfff0); }
     const auto r = gpu::read_cubin_kernels(bad);
     REQUIRE_FALSE(r.has_value());
-    CHECK_THAT(r.error(), Catch::StartsWith("unreadable cubin: "));
+    CHECK_THAT(r.error().message, Catch::StartsWith("unreadable cubin: "));
   }
   SECTION("attributes that do not fit their section or name nothing") {
     const auto info = section_named(all, ".nv.info");

@@ -8,7 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -188,37 +190,52 @@ TEST_CASE("a helper killed mid-compile is an internal failure, and the next comp
   const fs::path pid_file = dir.path / "helper.pid";
   // The wrapper records its pid; exec keeps it for the helper.
   gpu::compiler c({.threads = 1, .helper_program = wrapper(dir.path, "record-pid", "echo $$ > '" + pid_file.string() + "'", "")});
-  const std::string slow = R"(
-template <int K, int N, int M> struct G { static constexpr long v = G<K, N - 1, M>::v + G<K, N, M - 1>::v; };
-template <int K, int M> struct G<K, 0, M> { static constexpr long v = 1; };
-template <int K, int N> struct G<K, N, 0> { static constexpr long v = 1; };
-extern "C" __global__ void k(long* o) { *o = G<0, 100, 100>::v + G<1, 100, 100>::v; }
-)";
+  // The source includes a named pipe: NVRTC's read of it waits until this
+  // test opens the other end, so the helper is known to be compiling (neither
+  // still starting nor already done) when it is killed, however slowly a
+  // loaded machine runs it.
+  const fs::path include = dir.path / "include";
+  fs::create_directories(include);
+  const fs::path gate = include / "gate.h";
+  REQUIRE(::mkfifo(gate.c_str(), 0600) == 0);
+  const gpu::compile_options opts{.include_dirs = {include.string()}, .deadline = specgen::seconds(60)};
   std::mutex m;
   std::condition_variable cv;
   std::optional<gpu::compiler::result> got;
-  c.compile_async(slow, {.deadline = specgen::seconds(60)}, [&](gpu::compiler::result r) {
+  c.compile_async("#include \"gate.h\"\n" + std::string(kernel), opts, [&](gpu::compiler::result r) {
     std::lock_guard lock(m);
     got = std::move(r);
     cv.notify_one();
   });
-  // Wait for the helper to start compiling, then kill it.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!fs::exists(pid_file) && std::chrono::steady_clock::now() < until)
+  const auto answered = [&] {
+    std::lock_guard lock(m);
+    return got.has_value();
+  };
+  // A non-blocking open for writing succeeds once NVRTC has the pipe open for
+  // reading. Until then the compile cannot end but by the compiler's own
+  // limits (the helper's start-up limit, the deadline and its grace), which
+  // end this wait too.
+  int writer = -1;
+  while ((writer = ::open(gate.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0 && errno == ENXIO && !answered())
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  REQUIRE(fs::exists(pid_file));
+  if (writer < 0 && answered())
+    FAIL("the compile ended before NVRTC opened the pipe: "
+         << (*got ? std::string("it succeeded") : got->error().message + "\n" + got->error().log));
+  REQUIRE(writer >= 0);
   const pid_t pid = std::stoi(read_all(pid_file));
   REQUIRE(::kill(pid, SIGKILL) == 0);
   {
     std::unique_lock lock(m);
-    REQUIRE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return got.has_value(); }));
+    // The helper's end is seen at once; the compile's deadline and grace bound it in any case.
+    REQUIRE(cv.wait_for(lock, opts.deadline + std::chrono::seconds(60), [&] { return got.has_value(); }));
   }
+  ::close(writer);
   REQUIRE_FALSE(got->has_value());
   CHECK(got->error().kind == gpu::compile_failure_kind::internal);
+  CHECK_THAT(got->error().message, Catch::Contains("while compiling"));
   CHECK_THAT(got->error().message, Catch::Contains("signal 9"));
 
-  auto next = c.compile(kernel);
+  auto next = c.compile(kernel, opts);  // the same directories: a helper of the same set
   INFO((next ? std::string() : next.error().message + "\n" + next.error().log));
   REQUIRE(next.has_value());
   CHECK(c.stats().helpers_started == 2);

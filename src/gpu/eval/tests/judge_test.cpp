@@ -78,11 +78,12 @@ TEST_CASE("judge: a timing side decodes, or says what is wrong") {
   CHECK(ok->median_us == 2.0);
   CHECK(ok->noise == 0.01);
   CHECK(ok->spread == 0);
-  CHECK(decode_side(json(1), "baseline").error() == "\"baseline\" is not an object");
-  CHECK(decode_side({{"samples_us", json::array()}}, "candidate").error() == "\"candidate.samples_us\" is missing or empty");
-  CHECK(decode_side({{"samples_us", {-1.0}}, {"median_us", 1.0}}, "candidate").error() ==
+  CHECK(decode_side(json(1), "baseline").error().message == "\"baseline\" is not an object");
+  CHECK(decode_side({{"samples_us", json::array()}}, "candidate").error().message ==
+        "\"candidate.samples_us\" is missing or empty");
+  CHECK(decode_side({{"samples_us", {-1.0}}, {"median_us", 1.0}}, "candidate").error().message ==
         "\"candidate.samples_us\" holds something other than a non-negative time");
-  CHECK(decode_side({{"samples_us", {1.0}}, {"median_us", 0.0}}, "candidate").error() ==
+  CHECK(decode_side({{"samples_us", {1.0}}, {"median_us", 0.0}}, "candidate").error().message ==
         "\"candidate.median_us\" is missing or not positive");
 }
 

@@ -12,7 +12,7 @@ bool is_global_section(std::string_view name) noexcept {
   return name == ".nv.global" || name.starts_with(".nv.global.");
 }
 
-expected<cubin_info, std::string> inspect_cubin(std::span<const std::byte> bytes) {
+expected<cubin_info> inspect_cubin(std::span<const std::byte> bytes) {
   auto img = elf64::read_image(bytes);  // every section checked against the image
   if (!img) return unexpected(img.error());
   cubin_info info;

@@ -40,7 +40,7 @@ struct cubin_info {
  *   bool fresh = !info || info->has_writable_globals();   // unreadable: assume the worst
  * @endcode
  */
-expected<cubin_info, std::string> inspect_cubin(std::span<const std::byte> image);
+expected<cubin_info> inspect_cubin(std::span<const std::byte> image);
 
 /// Whether `name` is `.nv.global` or starts with `.nv.global.`.
 [[nodiscard]] bool is_global_section(std::string_view name) noexcept;

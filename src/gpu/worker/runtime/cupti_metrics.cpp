@@ -70,14 +70,14 @@ const char* hint(CUptiResult r) {
 }
 
 /// "range profiler: <step> failed: CUPTI_ERROR_X (what to do)".
-std::string failure(const rp_api& api, std::string_view step, CUptiResult r) {
-  std::string s = fmt::format("range profiler: {} failed: {}", step, result_name(api, r));
-  if (const char* h = hint(r)) s += fmt::format(" ({})", h);
-  return s;
+error failure(const rp_api& api, std::string_view step, CUptiResult r) {
+  error e{fmt::format("range profiler: {} failed: {}", step, result_name(api, r))};
+  if (const char* h = hint(r)) e.message += fmt::format(" ({})", h);
+  return e;
 }
 
-std::string cuda_failed(const driver_api& drv, std::string_view step, CUresult r) {
-  return fmt::format("range profiler: {} failed: {}", step, describe(drv, r));
+error cuda_failed(const driver_api& drv, std::string_view step, CUresult r) {
+  return error{fmt::format("range profiler: {} failed: {}", step, describe(drv, r))};
 }
 
 /// cuptiProfilerInitialize for the first open pass of the process,
@@ -88,7 +88,7 @@ std::mutex& profiler_mutex() {
 }
 int profiler_users = 0;  // guarded by profiler_mutex()
 
-expected<void, std::string> acquire_profiler(const rp_api& api) {
+expected<void> acquire_profiler(const rp_api& api) {
   std::lock_guard lock(profiler_mutex());
   if (profiler_users == 0) {
     auto p = SPECGEN_RP_PARAMS(CUpti_Profiler_Initialize_Params);
@@ -146,17 +146,17 @@ struct config {
   std::size_t passes = 0;
 };
 
-expected<config, std::string> make_config(const rp_api& api, const std::string& chip,
-                                          const std::uint8_t* counter_availability,
-                                          std::vector<const char*>& metrics) {
-  if (metrics.empty()) return unexpected(std::string("range profiler: no metrics to measure"));
+expected<config> make_config(const rp_api& api, const std::string& chip, const std::uint8_t* counter_availability,
+                             std::vector<const char*>& metrics) {
+  if (metrics.empty()) return unexpected(error{"range profiler: no metrics to measure"});
   auto init = SPECGEN_RP_PARAMS(CUpti_Profiler_Host_Initialize_Params);
   init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
   init.pChipName = chip.c_str();
   init.pCounterAvailabilityImage = counter_availability;
   if (CUptiResult r = api.cuptiProfilerHostInitialize(&init); r != CUPTI_SUCCESS) {
-    std::string e = failure(api, fmt::format("cuptiProfilerHostInitialize for chip {}", chip), r);
-    if (!api.nvperf_note.empty()) e += fmt::format("; libnvperf_host.so, which CUPTI needs here: {}", api.nvperf_note);
+    error e = failure(api, fmt::format("cuptiProfilerHostInitialize for chip {}", chip), r);
+    if (!api.nvperf_note.empty())
+      e.message += fmt::format("; libnvperf_host.so, which CUPTI needs here: {}", api.nvperf_note);
     return unexpected(std::move(e));
   }
   config c;
@@ -175,8 +175,8 @@ expected<config, std::string> make_config(const rp_api& api, const std::string& 
       prop.pMetricName = m;
       if (api.cuptiProfilerHostGetMetricProperties(&prop) != CUPTI_SUCCESS) unknown += unknown.empty() ? m : fmt::format(", {}", m);
     }
-    std::string e = failure(api, "cuptiProfilerHostConfigAddMetrics", r);
-    if (!unknown.empty()) e += fmt::format("; not metrics of {}: {}", chip, unknown);
+    error e = failure(api, "cuptiProfilerHostConfigAddMetrics", r);
+    if (!unknown.empty()) e.message += fmt::format("; not metrics of {}: {}", chip, unknown);
     return unexpected(std::move(e));
   }
   auto size = SPECGEN_RP_PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params);
@@ -195,7 +195,7 @@ expected<config, std::string> make_config(const rp_api& api, const std::string& 
   passes.pConfigImage = c.image.data();
   if (CUptiResult r = api.cuptiProfilerHostGetNumOfPasses(&passes); r != CUPTI_SUCCESS)
     return unexpected(failure(api, "cuptiProfilerHostGetNumOfPasses", r));
-  if (passes.numOfPasses == 0) return unexpected(std::string("range profiler: the config image has no passes"));
+  if (passes.numOfPasses == 0) return unexpected(error{"range profiler: the config image has no passes"});
   c.passes = passes.numOfPasses;
   return c;
 }
@@ -217,13 +217,13 @@ const char* level_name(CUpti_Profiler_Support_Level l) {
 }
 
 /// Runs a caller's step; an exception becomes its error.
-expected<void, std::string> run_step(const metrics_pass::step& f) {
+expected<void> run_step(const metrics_pass::step& f) {
   try {
     return f();
   } catch (const std::exception& e) {
-    return unexpected(fmt::format("threw: {}", e.what()));
+    return unexpected(error{fmt::format("threw: {}", e.what())});
   } catch (...) {
-    return unexpected(std::string("threw a non-standard exception"));
+    return unexpected(error{"threw a non-standard exception"});
   }
 }
 
@@ -290,22 +290,18 @@ std::vector<std::string> default_metric_names() {
           "gpc__cycles_elapsed.max"};
 }
 
-expected<std::string, std::string> probe_range_profiler(const std::vector<std::string>& candidates) {
-  auto api = open_range_profiler(candidates);
-  if (!api) return unexpected(api.error());
-  return api->library;
+expected<std::string> probe_range_profiler(const std::vector<std::string>& candidates) {
+  return open_range_profiler(candidates).transform([](const rp_api& api) { return api.library; });
 }
 
-expected<std::size_t, std::string> metric_passes(const std::string& chip, const std::vector<std::string>& metrics) {
+expected<std::size_t> metric_passes(const std::string& chip, const std::vector<std::string>& metrics) {
   try {
     const auto& loaded = load_range_profiler();
-    if (!loaded) return unexpected(fmt::format("range profiler: {}", loaded.error()));
+    if (!loaded) return unexpected(error{fmt::format("range profiler: {}", loaded.error().message)});
     auto names = c_names(metrics);
-    auto c = make_config(**loaded, chip, nullptr, names);
-    if (!c) return unexpected(c.error());
-    return c->passes;
+    return make_config(**loaded, chip, nullptr, names).transform([](const config& c) { return c.passes; });
   } catch (const std::exception& e) {
-    return unexpected(fmt::format("range profiler: {}", e.what()));
+    return unexpected(error{fmt::format("range profiler: {}", e.what())});
   }
 }
 
@@ -330,19 +326,18 @@ void metrics_pass::cleanup() noexcept {
   if (s_) s_->cleanup();
 }
 
-expected<metrics_pass, std::string> metrics_pass::open(CUcontext ctx, int device_ordinal,
-                                                       std::vector<std::string> metric_names) {
+expected<metrics_pass> metrics_pass::open(CUcontext ctx, int device_ordinal, std::vector<std::string> metric_names) {
   try {
     // 1. libcupti with every function of the pass (and libnvperf_host.so next to it).
     const auto& loaded = load_range_profiler();
-    if (!loaded) return unexpected(fmt::format("range profiler: {}", loaded.error()));
+    if (!loaded) return unexpected(error{fmt::format("range profiler: {}", loaded.error().message)});
     const rp_api& api = **loaded;
-    if (metric_names.empty()) return unexpected(std::string("range profiler: no metrics to measure"));
+    if (metric_names.empty()) return unexpected(error{"range profiler: no metrics to measure"});
     // 2. The driver (the same process-wide one the runtime uses) and the context.
     const auto& drv_or = load_driver();
-    if (!drv_or) return unexpected(fmt::format("range profiler: {}", drv_or.error().message));
+    if (!drv_or) return unexpected(error{fmt::format("range profiler: {}", drv_or.error().message)});
     const driver_api& drv = **drv_or;
-    if (!ctx) return unexpected(std::string("range profiler: no CUDA context to profile"));
+    if (!ctx) return unexpected(error{"range profiler: no CUDA context to profile"});
 
     auto s = std::make_unique<state>();
     s->api = &api;
@@ -375,8 +370,9 @@ expected<metrics_pass, std::string> metrics_pass::open(CUcontext ctx, int device
       for (const auto& [what, level] : parts)
         if (level != CUPTI_PROFILER_CONFIGURATION_SUPPORTED)
           why += fmt::format("{}{}: {}", why.empty() ? "" : ", ", what, level_name(level));
-      return unexpected(fmt::format("range profiler: device {} does not support range profiling ({}: {})", device_ordinal,
-                                    level_name(supported.isSupported), why.empty() ? "no reason given" : why));
+      return unexpected(error{fmt::format("range profiler: device {} does not support range profiling ({}: {})",
+                                          device_ordinal, level_name(supported.isSupported),
+                                          why.empty() ? "no reason given" : why)});
     }
 
     // 5. The chip's name and the counters this context can use.
@@ -411,15 +407,15 @@ expected<metrics_pass, std::string> metrics_pass::open(CUcontext ctx, int device
       return unexpected(failure(api, "cuptiRangeProfilerDisable", r));
     return metrics_pass(std::move(s));
   } catch (const std::exception& e) {
-    return unexpected(fmt::format("range profiler: open failed: {}", e.what()));
+    return unexpected(error{fmt::format("range profiler: open failed: {}", e.what())});
   }
 }
 
-expected<range_metrics, std::string> metrics_pass::measure(const step& launch_once, const step& before_pass) {
-  if (!s_) return unexpected(std::string("range profiler: measure on a moved-from pass"));
+expected<range_metrics> metrics_pass::measure(const step& launch_once, const step& before_pass) {
+  if (!s_) return unexpected(error{"range profiler: measure on a moved-from pass"});
   state& s = *s_;
-  if (s.abandoned) return unexpected(std::string("range profiler: abandoned after a fault or a timeout"));
-  if (!launch_once) return unexpected(std::string("range profiler: no launch step"));
+  if (s.abandoned) return unexpected(error{"range profiler: abandoned after a fault or a timeout"});
+  if (!launch_once) return unexpected(error{"range profiler: no launch step"});
   const rp_api& api = *s.api;
   const driver_api& drv = *s.drv;
   try {
@@ -428,7 +424,7 @@ expected<range_metrics, std::string> metrics_pass::measure(const step& launch_on
     // Every failure of a CUPTI call below disables the profiler at once; a
     // failed step or CUDA call leaves it to cleanup() (see the header).
     const auto cupti_error = [&](std::string_view step, CUptiResult r) {
-      std::string e = failure(api, step, r);
+      error e = failure(api, step, r);
       s.cleanup();
       return unexpected(std::move(e));
     };
@@ -491,7 +487,8 @@ expected<range_metrics, std::string> metrics_pass::measure(const step& launch_on
       };
       if (before_pass)
         if (auto b = run_step(before_pass); !b)
-          return unexpected(fmt::format("range profiler: {}", where(fmt::format("before_pass failed: {}", b.error()))));
+          return unexpected(error{
+              fmt::format("range profiler: {}", where(fmt::format("before_pass failed: {}", b.error().message)))});
       if (CUresult r = drv.cuCtxSynchronize(); r != CUDA_SUCCESS)
         return unexpected(cuda_failed(drv, where("cuCtxSynchronize after before_pass"), r));
 
@@ -508,7 +505,8 @@ expected<range_metrics, std::string> metrics_pass::measure(const step& launch_on
       s.pushed = true;
 
       if (auto l = run_step(launch_once); !l)
-        return unexpected(fmt::format("range profiler: {}", where(fmt::format("launch failed: {}", l.error()))));
+        return unexpected(
+            error{fmt::format("range profiler: {}", where(fmt::format("launch failed: {}", l.error().message)))});
       // launch_once waited already; this only makes sure nothing is left in the range.
       if (CUresult r = drv.cuCtxSynchronize(); r != CUDA_SUCCESS)
         return unexpected(cuda_failed(drv, where("cuCtxSynchronize after the launch"), r));
@@ -538,7 +536,8 @@ expected<range_metrics, std::string> metrics_pass::measure(const step& launch_on
     s.live = nullptr;
     if (disabled != CUPTI_SUCCESS) return unexpected(failure(api, "cuptiRangeProfilerDisable", disabled));
     if (decode.numOfRangeDropped != 0)
-      return unexpected(fmt::format("range profiler: {} range(s) dropped while decoding", decode.numOfRangeDropped));
+      return unexpected(
+          error{fmt::format("range profiler: {} range(s) dropped while decoding", decode.numOfRangeDropped)});
 
     auto info = SPECGEN_RP_PARAMS(CUpti_RangeProfiler_GetCounterDataInfo_Params);
     info.pCounterDataImage = counter_data.data();
@@ -546,7 +545,7 @@ expected<range_metrics, std::string> metrics_pass::measure(const step& launch_on
     if (CUptiResult r = api.cuptiRangeProfilerGetCounterDataInfo(&info); r != CUPTI_SUCCESS)
       return unexpected(failure(api, "cuptiRangeProfilerGetCounterDataInfo", r));
     if (info.numTotalRanges == 0)
-      return unexpected(std::string("range profiler: the counter data holds no range (did launch_once launch anything?)"));
+      return unexpected(error{"range profiler: the counter data holds no range (did launch_once launch anything?)"});
 
     std::vector<double> values(s.names.size(), 0.0);
     auto eval = SPECGEN_RP_PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params);
@@ -570,7 +569,7 @@ expected<range_metrics, std::string> metrics_pass::measure(const step& launch_on
   } catch (const std::exception& e) {
     // Only allocations throw here (the steps' exceptions are caught by run_step).
     s.cleanup();
-    return unexpected(fmt::format("range profiler: measure failed: {}", e.what()));
+    return unexpected(error{fmt::format("range profiler: measure failed: {}", e.what())});
   }
 }
 

@@ -57,19 +57,19 @@ std::vector<std::string> default_metric_names();
 
 /// Loads libcupti from `candidates` (uncached; for tests) and resolves every
 /// function the range profiler pass uses: the file loaded, or why not.
-expected<std::string, std::string> probe_range_profiler(const std::vector<std::string>& candidates);
+expected<std::string> probe_range_profiler(const std::vector<std::string>& candidates);
 
 /// Host only, no GPU needed: the passes `metrics` take on `chip` ("GH100"),
 /// from a config image made without a counter availability image; an error
 /// names a metric the chip does not know. For tests and offline checks.
-expected<std::size_t, std::string> metric_passes(const std::string& chip, const std::vector<std::string>& metrics);
+expected<std::size_t> metric_passes(const std::string& chip, const std::vector<std::string>& metrics);
 
 /**
  * The range profiler on one context, configured for a list of metrics.
  *
  * @code
  *   auto pass = metrics_pass::open(ctx, device);
- *   if (!pass) log(pass.error());  // no metrics; nothing else changes
+ *   if (!pass) log(pass.error().message);  // no metrics; nothing else changes
  *   else if (auto m = pass->measure(launch_once, reset_state)) use(m->values);
  * @endcode
  *
@@ -79,7 +79,7 @@ expected<std::size_t, std::string> metric_passes(const std::string& chip, const 
 class metrics_pass {
  public:
   /// A step the caller supplies: success, or why it failed.
-  using step = std::function<expected<void, std::string>()>;
+  using step = std::function<expected<void>()>;
 
   /// Loads libcupti (and has libnvperf_host.so, which CUPTI loads itself,
   /// found next to it), initialises CUPTI's profiler, checks the device
@@ -89,8 +89,8 @@ class metrics_pass {
   /// (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, ERR_NVGPUCTRPERM) shows here.
   /// Never throws; every failure is an error naming the step and CUPTI's error.
   /// Call it while no activity tracing is enabled (see the file comment).
-  static expected<metrics_pass, std::string> open(CUcontext ctx, int device_ordinal,
-                                                  std::vector<std::string> metric_names = default_metric_names());
+  static expected<metrics_pass> open(CUcontext ctx, int device_ordinal,
+                                     std::vector<std::string> metric_names = default_metric_names());
 
   /**
    * One range around `launch_once`, replayed until CUPTI has every pass
@@ -116,7 +116,7 @@ class metrics_pass {
    * or a timeout), else `cleanup()` before any other GPU work (the next
    * `measure` and the destructor also clean up).
    */
-  expected<range_metrics, std::string> measure(const step& launch_once, const step& before_pass = {});
+  expected<range_metrics> measure(const step& launch_once, const step& before_pass = {});
 
   /// After a fault or a timeout: the destructor makes no CUPTI call at all
   /// (a hung GPU would block it); every later `measure` fails.

@@ -619,9 +619,7 @@ expected<run_result, runtime_error> gpu_context::run_plan(const resolved_plan& p
   if (auto r = s.check(s.api->cuCtxSynchronize(), runtime_error::kind::internal, "cuCtxSynchronize before the plan");
       !r)
     return unexpected(r.error());
-  auto ms = p->timed_run(until, deadline);
-  if (!ms) return unexpected(ms.error());
-  return run_result{.elapsed_ms = *ms};
+  return p->timed_run(until, deadline).transform([](double ms) { return run_result{.elapsed_ms = ms}; });
 }
 
 }  // namespace gpu

@@ -164,8 +164,7 @@ struct profiler {
   }
 
   expected<double, failure> run_once(side& s) {
-    if (auto p = prepare_run(s); !p) return unexpected(p.error());
-    return timed(s);
+    return prepare_run(s).and_then([&] { return timed(s); });
   }
 
   expected<void, failure> sample(side& s) {
@@ -221,7 +220,7 @@ expected<json, failure> cupti_pass(profiler& p, side& candidate) {
   }
   auto activity = cupti_activity::start(p.state.context, p.state.stream);
   if (!activity) {
-    out["reason"] = activity.error();
+    out["reason"] = activity.error().message;
     return out;
   }
   std::vector<std::uint64_t> begins;
@@ -244,7 +243,7 @@ expected<json, failure> cupti_pass(profiler& p, side& candidate) {
   const std::uint32_t own_stream = (*activity)->stream_id();
   activity->reset();  // recording stops before the re-check run
   if (!records) {
-    out["reason"] = records.error();
+    out["reason"] = records.error().message;
     return out;
   }
   std::set<std::string> planned, names;
@@ -285,28 +284,28 @@ expected<json, failure> cupti_pass(profiler& p, side& candidate) {
 expected<json, failure> metrics_pass_of(profiler& p, side& candidate) {
   json out = {{"available", false}, {"reason", "not requested"}};
   if (!p.args.hardware_metrics) return out;
-  static std::optional<expected<metrics_pass, std::string>> opened;
+  static std::optional<expected<metrics_pass>> opened;
   if (!opened) opened.emplace(metrics_pass::open(p.state.context, p.ctx.info().index));
   if (!*opened) {
-    out["reason"] = opened->error();
+    out["reason"] = opened->error().message;
     return out;
   }
   metrics_pass& pass = **opened;
   failure step_failure{};
   auto m = pass.measure(
-      [&]() -> expected<void, std::string> {
+      [&]() -> expected<void> {
         auto us = p.timed(candidate);
         if (!us) {
           step_failure = us.error();
-          return unexpected(us.error().message);
+          return unexpected(error{us.error().message});
         }
         return {};
       },
-      [&]() -> expected<void, std::string> {
+      [&]() -> expected<void> {
         auto r = p.prepare_run(candidate);
         if (!r) {
           step_failure = r.error();
-          return unexpected(r.error().message);
+          return unexpected(error{r.error().message});
         }
         return {};
       });
@@ -314,10 +313,10 @@ expected<json, failure> metrics_pass_of(profiler& p, side& candidate) {
     if (!p.state.usable) {
       // A fault or a timeout in a replay: the candidate's verdict, as in any run.
       pass.abandon();
-      return unexpected(step_failure.kind.empty() ? bad_request(m.error()) : step_failure);
+      return unexpected(step_failure.kind.empty() ? bad_request(m.error().message) : step_failure);
     }
     pass.cleanup();
-    out["reason"] = m.error();
+    out["reason"] = m.error().message;
     return out;
   }
   out["available"] = true;
@@ -387,7 +386,7 @@ expected<json, failure> profile(worker_state& w, const request& r, reply_binary&
   phase("setup_flush");
   if (!ctx.info().pci_bus_id.empty()) {
     // Opened once per worker: the device does not change between requests.
-    static std::map<std::string, expected<nvml_device, std::string>> opened;
+    static std::map<std::string, expected<nvml_device>> opened;
     auto it = opened.find(ctx.info().pci_bus_id);
     if (it == opened.end())
       it = opened.emplace(ctx.info().pci_bus_id, nvml_device::open(ctx.info().pci_bus_id)).first;

@@ -30,17 +30,18 @@ namespace rt = specgen::gpu::detail;
 TEST_CASE("a libcupti that cannot be loaded is a range profiler error naming the file and the variable") {
   auto r = rt::probe_range_profiler({"/nonexistent/libcupti.so.13"});
   REQUIRE_FALSE(r);
-  CHECK_THAT(r.error(), Catch::StartsWith("libcupti not found (/nonexistent/libcupti.so.13 could not be loaded"));
-  CHECK_THAT(r.error(), Catch::Contains("SPECGEN_CUPTI_LIBRARY"));
+  CHECK_THAT(r.error().message,
+             Catch::StartsWith("libcupti not found (/nonexistent/libcupti.so.13 could not be loaded"));
+  CHECK_THAT(r.error().message, Catch::Contains("SPECGEN_CUPTI_LIBRARY"));
 }
 
 TEST_CASE("a library without the range profiler's functions is reported as too old, not called") {
   // libc loads everywhere and has none of CUPTI's functions.
   auto r = rt::probe_range_profiler({"libc.so.6"});
   REQUIRE_FALSE(r);
-  CHECK_THAT(r.error(), Catch::StartsWith("libc.so.6 (CUPTI API version 0) lacks cuptiGetResultString"));
-  CHECK_THAT(r.error(), Catch::Contains("cuptiRangeProfilerEnable"));
-  CHECK_THAT(r.error(), Catch::Contains("CUDA 12.6 Update 2 or newer"));
+  CHECK_THAT(r.error().message, Catch::StartsWith("libc.so.6 (CUPTI API version 0) lacks cuptiGetResultString"));
+  CHECK_THAT(r.error().message, Catch::Contains("cuptiRangeProfilerEnable"));
+  CHECK_THAT(r.error().message, Catch::Contains("CUDA 12.6 Update 2 or newer"));
 }
 
 namespace {
@@ -49,7 +50,7 @@ namespace {
 bool have_cupti() {
   ::unsetenv("SPECGEN_CUPTI_LIBRARY");
   static const auto probe = rt::probe_range_profiler(rt::cupti_candidates());
-  if (!probe) WARN("no libcupti with the range profiler here: " << probe.error());
+  if (!probe) WARN("no libcupti with the range profiler here: " << probe.error().message);
   return probe.has_value();
 }
 
@@ -63,7 +64,7 @@ TEST_CASE("the toolkit's libcupti, where installed, has every function the range
 TEST_CASE("the default metrics are metrics of Hopper (GH100), and their passes are known without a GPU") {
   if (!have_cupti()) return;
   auto passes = rt::metric_passes("GH100", rt::default_metric_names());
-  INFO((passes ? std::string() : passes.error()));
+  INFO((passes ? std::string() : passes.error().message));
   REQUIRE(passes);
   // CUDA 13.0: 8 (sm__throughput alone takes 8); never 0, and not absurd.
   CHECK(*passes >= 1);
@@ -75,26 +76,28 @@ TEST_CASE("the default metrics are metrics of Hopper (GH100), and their passes a
   auto unknown = rt::metric_passes("GH100", {"dram__throughput.avg.pct_of_peak_sustained_elapsed", "no__such.sum"});
   REQUIRE_FALSE(unknown);
   // CUDA 13.0 says CUPTI_ERROR_INVALID_PARAMETER here; the pass names the metric itself.
-  CHECK_THAT(unknown.error(), Catch::StartsWith("range profiler: cuptiProfilerHostConfigAddMetrics failed: CUPTI_ERROR_"));
-  CHECK_THAT(unknown.error(), Catch::EndsWith("not metrics of GH100: no__such.sum"));
+  CHECK_THAT(unknown.error().message,
+             Catch::StartsWith("range profiler: cuptiProfilerHostConfigAddMetrics failed: CUPTI_ERROR_"));
+  CHECK_THAT(unknown.error().message, Catch::EndsWith("not metrics of GH100: no__such.sum"));
 
   auto chip = rt::metric_passes("XX999", {"dram__throughput.avg.pct_of_peak_sustained_elapsed"});
   REQUIRE_FALSE(chip);
-  CHECK_THAT(chip.error(), Catch::StartsWith("range profiler: cuptiProfilerHostInitialize for chip XX999 failed: CUPTI_ERROR_"));
+  CHECK_THAT(chip.error().message,
+             Catch::StartsWith("range profiler: cuptiProfilerHostInitialize for chip XX999 failed: CUPTI_ERROR_"));
 
   auto none = rt::metric_passes("GH100", {});
   REQUIRE_FALSE(none);
-  CHECK(none.error() == "range profiler: no metrics to measure");
+  CHECK(none.error().message == "range profiler: no metrics to measure");
 }
 
 TEST_CASE("open without a CUDA context is an error naming the step, never a crash") {
   auto p = rt::metrics_pass::open(nullptr, 0);
   REQUIRE_FALSE(p);
-  INFO(p.error());
-  CHECK_THAT(p.error(), Catch::StartsWith("range profiler: "));
+  INFO(p.error().message);
+  CHECK_THAT(p.error().message, Catch::StartsWith("range profiler: "));
   // Which step it is depends on the machine: no libcupti, no driver, no GPU
   // (cuInit), or with all of them the missing context itself.
-  CHECK_THAT(p.error(), Catch::Contains("libcupti") || Catch::Contains("no NVIDIA driver") ||
+  CHECK_THAT(p.error().message, Catch::Contains("libcupti") || Catch::Contains("no NVIDIA driver") ||
                             Catch::Contains("cuInit") || Catch::Contains("no CUDA context to profile"));
 }
 
@@ -186,9 +189,9 @@ TEST_CASE("on a GPU a 256 MiB copy is DRAM-bound and an FMA loop SM-bound, as th
     REQUIRE(f);
     flush = std::move(*f);
   }
-  const rt::metrics_pass::step flush_l2 = [&]() -> expected<void, std::string> {
+  const rt::metrics_pass::step flush_l2 = [&]() -> expected<void> {
     if (!flush) return {};
-    if (auto m = st.memset_async(flush->pointer(), 0, flush->size()); !m) return unexpected(m.error().message);
+    if (auto m = st.memset_async(flush->pointer(), 0, flush->size()); !m) return unexpected(error{m.error().message});
     return {};
   };
 
@@ -198,10 +201,10 @@ TEST_CASE("on a GPU a 256 MiB copy is DRAM-bound and an FMA loop SM-bound, as th
   void* copy_args[] = {&src, &dst, &n};
   void* fma_args[] = {&acc, &iterations};
   const auto launcher = [&](CUfunction f, unsigned grid, void** args) -> rt::metrics_pass::step {
-    return [&api, &st, f, grid, args]() -> expected<void, std::string> {
+    return [&api, &st, f, grid, args]() -> expected<void> {
       if (CUresult r = api.cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, st.stream, args, nullptr); r != CUDA_SUCCESS)
-        return unexpected(rt::describe(api, r));
-      if (CUresult r = api.cuCtxSynchronize(); r != CUDA_SUCCESS) return unexpected(rt::describe(api, r));
+        return unexpected(error{rt::describe(api, r)});
+      if (CUresult r = api.cuCtxSynchronize(); r != CUDA_SUCCESS) return unexpected(error{rt::describe(api, r)});
       return {};
     };
   };
@@ -213,21 +216,21 @@ TEST_CASE("on a GPU a 256 MiB copy is DRAM-bound and an FMA loop SM-bound, as th
 
   auto pass = rt::metrics_pass::open(st.context, 0);
   if (!pass) {
-    if (environment_refuses(pass.error())) {
-      WARN("SKIP: " << pass.error());
+    if (environment_refuses(pass.error().message)) {
+      WARN("SKIP: " << pass.error().message);
       return;
     }
-    FAIL(pass.error());
+    FAIL(pass.error().message);
   }
   CHECK_FALSE(pass->chip().empty());  // "GH100" on an H100/H200; logged below
   CHECK(pass->passes() >= 1);
 
   auto m = pass->measure(copy_once, flush_l2);
-  if (!m && environment_refuses(m.error())) {
-    WARN("SKIP: " << m.error());
+  if (!m && environment_refuses(m.error().message)) {
+    WARN("SKIP: " << m.error().message);
     return;
   }
-  INFO((m ? std::string() : m.error()));
+  INFO((m ? std::string() : m.error().message));
   REQUIRE(m);
   WARN(fmt::format("{} ({}), copy of 256 MiB: {}", dev->name, pass->chip(), listing(*m)));
   CHECK(m->passes == pass->passes());
@@ -250,7 +253,7 @@ TEST_CASE("on a GPU a 256 MiB copy is DRAM-bound and an FMA loop SM-bound, as th
 
   // The same pass again, on a compute-bound kernel.
   auto c = pass->measure(fma_once, flush_l2);
-  INFO((c ? std::string() : c.error()));
+  INFO((c ? std::string() : c.error().message));
   REQUIRE(c);
   WARN(fmt::format("{} ({}), FMA loop: {}", dev->name, pass->chip(), listing(*c)));
   CHECK(value_of(*c, "sm__throughput.avg.pct_of_peak_sustained_elapsed") >

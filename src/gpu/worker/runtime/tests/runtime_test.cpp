@@ -308,15 +308,16 @@ TEST_CASE("libcupti and NVML are looked for where the toolkit and the driver put
 TEST_CASE("a libcupti that cannot be loaded is a reason naming the file and the variable") {
   auto r = rt::probe_cupti({"/nonexistent/libcupti.so.13"});
   REQUIRE_FALSE(r);
-  CHECK_THAT(r.error(), Catch::StartsWith("libcupti not found (/nonexistent/libcupti.so.13 could not be loaded"));
-  CHECK_THAT(r.error(), Catch::Contains("SPECGEN_CUPTI_LIBRARY"));
+  CHECK_THAT(r.error().message,
+             Catch::StartsWith("libcupti not found (/nonexistent/libcupti.so.13 could not be loaded"));
+  CHECK_THAT(r.error().message, Catch::Contains("SPECGEN_CUPTI_LIBRARY"));
 }
 
 TEST_CASE("the toolkit's libcupti, where installed, has every function the activity pass uses") {
   ::unsetenv("SPECGEN_CUPTI_LIBRARY");
   auto r = rt::probe_cupti(rt::cupti_candidates());
   if (!r) {
-    WARN("no libcupti here: " << r.error());
+    WARN("no libcupti here: " << r.error().message);
     return;
   }
   CHECK_FALSE(r->empty());
@@ -418,7 +419,7 @@ TEST_CASE("the cubin reader returns an error for truncated, garbled and hostile 
   for (auto& b : garbage) b = static_cast<std::byte>(rng() & 0xff);
   auto g = rt::inspect_cubin(garbage);
   REQUIRE_FALSE(g);
-  CHECK_THAT(g.error(), Catch::Contains("not an ELF image"));
+  CHECK_THAT(g.error().message, Catch::Contains("not an ELF image"));
   const std::string ptx = ".version 9.0\n.target sm_90a\n.address_size 64\n";
   CHECK_FALSE(rt::inspect_cubin(std::as_bytes(std::span(ptx))));
 
