@@ -389,6 +389,20 @@ inline std::string without_exception_tag(std::string_view what) {
   return std::string(what);
 }
 
+/// `read()`, the read of the value at key (or index) `token` of the value
+/// being read: a json_read_error from it gets the token in front of its
+/// pointer. Returns what `read` returns.
+template <class Token, class F>
+decltype(auto) nested_in(const Token& token, F&& read) {
+  try {
+    return std::forward<F>(read)();
+  } catch (json_read_error& err) {
+    if constexpr (std::is_integral_v<Token>) err.nest(static_cast<std::size_t>(token));
+    else err.nest(std::string_view(token));
+    throw;
+  }
+}
+
 /// Reads `j` as a `T` of an open format: a scalar (`read_scalar`), the JSON
 /// itself, an optional (null is empty), a vector (an array), a map from
 /// strings (an object), or a type with its own `from_json`. Throws
@@ -413,26 +427,14 @@ void read_json(const nlohmann::json& j, T& out) {
     v.reserve(j.size());
     for (std::size_t i = 0; i < j.size(); ++i) {
       typename T::value_type e{};
-      try {
-        read_json(j[i], e);
-      } catch (json_read_error& err) {
-        err.nest(i);
-        throw;
-      }
+      nested_in(i, [&] { read_json(j[i], e); });
       v.push_back(std::move(e));
     }
     out = std::move(v);
   } else if constexpr (is_string_map<T>::value) {
     if (!j.is_object()) throw json_read_error({}, wrong_type_problem("an object", j));
     T m;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      try {
-        read_json(it.value(), m[it.key()]);
-      } catch (json_read_error& err) {
-        err.nest(it.key());
-        throw;
-      }
-    }
+    for (auto it = j.begin(); it != j.end(); ++it) nested_in(it.key(), [&] { read_json(it.value(), m[it.key()]); });
     out = std::move(m);
   } else {
     try {
@@ -458,12 +460,7 @@ bool read_key(const nlohmann::json& obj, std::string_view key, T& out) {
     if constexpr (is_std_optional<T>::value) out.reset();
     return false;
   }
-  try {
-    read_json(*v, out);
-  } catch (json_read_error& err) {
-    err.nest(key);
-    throw;
-  }
+  nested_in(key, [&] { read_json(*v, out); });
   return true;
 }
 
@@ -480,20 +477,6 @@ T required_key(const nlohmann::json& obj, std::string_view key) {
   T v{};
   if (!read_key(obj, key, v)) throw json_read_error("/" + pointer_token(key), "missing (required)");
   return v;
-}
-
-/// `read()`, the read of the value at key (or index) `token` of the value
-/// being read: a json_read_error from it gets the token in front of its
-/// pointer. Returns what `read` returns.
-template <class Token, class F>
-decltype(auto) nested_in(const Token& token, F&& read) {
-  try {
-    return std::forward<F>(read)();
-  } catch (json_read_error& err) {
-    if constexpr (std::is_integral_v<Token>) err.nest(static_cast<std::size_t>(token));
-    else err.nest(std::string_view(token));
-    throw;
-  }
 }
 
 /// `read(value)` for the value at key `key` of `obj`, which must be there (not
