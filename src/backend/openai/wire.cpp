@@ -440,7 +440,9 @@ class fork_decoder final : public stream_decoder {
   std::uint64_t choice(sample& s, int index, const json& c, std::optional<std::uint64_t> total, delivery_batch& out) {
     std::optional<std::vector<token_id>> ids = ids_at(c, "token_ids");
     std::uint64_t n = ids ? ids->size() : 0;
-    if (!ids) n = total ? (*total > s.tokens ? *total - s.tokens : 0) : 1;
+    // value_or rather than *total: g++ 13 warns (maybe-uninitialized) on the dereference.
+    const std::uint64_t running = total.value_or(0);
+    if (!ids) n = total ? (running > s.tokens ? running - s.tokens : 0) : 1;
     std::string_view text = string_at(c, "text");
     if (text.empty() && !ids) n = 0;  // a finish chunk: no token in it
     s.tokens += n;
