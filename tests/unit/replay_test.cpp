@@ -515,6 +515,24 @@ TEST_CASE("replay_params round-trip through JSON and missing keys keep their def
   const replay_params p{.decode_tokens_per_s = 65, .server_prefix_hit = 0.25, .max_concurrent_streams = 8};
   CHECK(nlohmann::json(p).get<replay_params>() == p);
   CHECK(nlohmann::json::parse(R"({"chunk_tokens": 4})").get<replay_params>() == replay_params{.chunk_tokens = 4});
+  CHECK(nlohmann::json::parse(R"({"early_fork_answer": {"tokens": 12}})").get<replay_params>().early_fork_answer ==
+        no_kernel_answer{.tokens = 12});
+}
+
+TEST_CASE("replay_params read from JSON name the faulty value's pointer") {
+  const auto error_of = [](std::string_view text) -> std::string {
+    try {
+      (void)nlohmann::json::parse(text).get<replay_params>();
+    } catch (const nlohmann::json::exception& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(error_of(R"({"chunk_tokens": 0})") == "/chunk_tokens: must be an integer in [1, 1048576], got 0");
+  CHECK_THAT(error_of(R"({"slowdown_per_sequence": "high"})"), Catch::StartsWith("/slowdown_per_sequence: must be"));
+  CHECK_THAT(error_of(R"({"early_fork_answer": {"tokens": -1}})"), Catch::StartsWith("/early_fork_answer/tokens: must be"));
+  CHECK_THAT(error_of(R"({"decode_tokens": 60})"), Catch::StartsWith("/decode_tokens: unknown key") &&
+                                                      Catch::Contains("decode_tokens_per_s"));
 }
 
 TEST_CASE("the replay model refuses a negative or non-finite decode slowdown") {

@@ -422,6 +422,9 @@ TEST_CASE("corpus sizes are within ranges, so a generated corpus cannot exhaust 
   CHECK_THROWS_WITH(generate_corpus({.samples_per_fork = 2'000'000'000}, 0), Catch::Contains("samples_per_fork"));
   CHECK_THROWS_WITH(generate_corpus({.tasks = 100, .rounds = 1000, .lanes = 2}, 0), Catch::Contains("200000 traces; at most 100000"));
   CHECK_THROWS_WITH(generate_corpus({.max_reasoning_tokens = 4'000'000'000}, 0), Catch::Contains("max_reasoning_tokens"));
-  CHECK_THROWS_AS(nlohmann::json::parse(R"({"lanes": 1000000})").get<corpus_params>(), std::invalid_argument);
+  CHECK_THROWS_WITH(nlohmann::json::parse(R"({"lanes": 1000000})").get<corpus_params>(),
+                    "/lanes: must be an integer in [1, 256], got 1000000");
+  CHECK_THROWS_WITH(nlohmann::json::parse(R"({"lanse": 2})").get<corpus_params>(),
+                    Catch::StartsWith("/lanse: unknown key") && Catch::Contains("lanes"));
 }
 

@@ -180,7 +180,9 @@ struct kv_export {
   friend bool operator==(const kv_export&, const kv_export&) = default;
 };
 void to_json(nlohmann::json& j, const kv_export& e);
-/// Throws nlohmann::json::exception on a malformed descriptor.
+/// Throws nlohmann::json::exception on a malformed descriptor: every key is
+/// required, and the error names the JSON pointer of the value at fault
+/// ("/slabs/1/bytes: missing (required)").
 void from_json(const nlohmann::json& j, kv_export& e);
 
 namespace detail {

@@ -15,6 +15,7 @@
 #include <specgen/detail/config.hpp>
 #include <specgen/detail/json_fields.hpp>
 #include <specgen/expected.hpp>
+#include <specgen/policy/fields.hpp>
 #include <specgen/replay/trace.hpp>
 #include <specgen/types.hpp>
 
@@ -97,20 +98,35 @@ struct replay_params {
   int max_concurrent_streams = 64;
   /// Token ids are drawn from [0, vocab_size): the GLM-4 tokenizer's size. Any value works.
   std::int32_t vocab_size = 151552;
-  friend bool operator==(const replay_params&, const replay_params&) = default;
-};
 
-inline void to_json(nlohmann::json& j, const no_kernel_answer& a) { j = {{"text", a.text}, {"tokens", a.tokens}}; }
-/// Open: absent keys keep their defaults; a key of the wrong type throws `detail::json_read_error`.
-inline void from_json(const nlohmann::json& j, no_kernel_answer& a) {
-  a = no_kernel_answer{};
-  specgen::detail::read_key(j, "text", a.text);
-  specgen::detail::read_key(j, "tokens", a.tokens);
-}
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(replay_params, decode_tokens_per_s, prefill_tokens_per_s,
-                                                first_token_overhead_s, slowdown_per_sequence, chunk_tokens,
-                                                server_prefix_hit, fork_cue_tokens, early_fork_answer,
-                                                max_concurrent_streams, vocab_size)
+  /// The fields and their ranges: what `from_json` reads and checks, and what
+  /// the constructor of `replay_model` checks.
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    using specgen::detail::in;
+    constexpr auto rate = in(1e-3, 1e9);  // tokens/s
+    f("decode_tokens_per_s", s.decode_tokens_per_s, rate);
+    f("prefill_tokens_per_s", s.prefill_tokens_per_s, rate);
+    f("first_token_overhead_s", s.first_token_overhead_s, in(0.0, 3600.0));
+    f("slowdown_per_sequence", s.slowdown_per_sequence, in(0.0, 100.0));
+    f("chunk_tokens", s.chunk_tokens, in(1, 1 << 20));
+    f("server_prefix_hit", s.server_prefix_hit, in(0.0, 1.0));
+    f("fork_cue_tokens", s.fork_cue_tokens, in<std::uint64_t>(0, limits::max_tokens));
+    f("early_fork_answer", s.early_fork_answer);
+    f("max_concurrent_streams", s.max_concurrent_streams, in(1, 1 << 20));
+    f("vocab_size", s.vocab_size, in<std::int32_t>(1, std::numeric_limits<std::int32_t>::max()));
+  }
+  friend bool operator==(const replay_params&, const replay_params&) = default;
+  friend void to_json(nlohmann::json& j, const replay_params& p) { j = specgen::detail::write_fields(p); }
+  /// For `json.get<replay_params>()`: missing keys keep their defaults; an
+  /// unknown key or a value out of range throws `detail::json_read_error`,
+  /// naming the value's JSON pointer.
+  friend void from_json(const nlohmann::json& j, replay_params& p) {
+    auto r = specgen::detail::read_fields<replay_params>(j, "");
+    if (!r) throw specgen::detail::json_read_error(r.error());
+    p = std::move(*r);
+  }
+};
 
 namespace detail {
 
@@ -133,11 +149,7 @@ class replay_model {
  public:
   replay_model(executor& exec, std::vector<trace> traces, replay_params params = {})
       : exec_(exec), traces_(std::move(traces)), params_(std::move(params)) {
-    if (params_.chunk_tokens < 1 || params_.decode_tokens_per_s <= 0 || params_.prefill_tokens_per_s <= 0 ||
-        params_.vocab_size < 1)
-      throw std::invalid_argument("replay_params: chunk_tokens, vocab_size and rates must be positive");
-    if (!(params_.slowdown_per_sequence >= 0) || !std::isfinite(params_.slowdown_per_sequence))
-      throw std::invalid_argument("replay_params: slowdown_per_sequence must be a finite value >= 0");
+    specgen::detail::require_valid(params_, "replay_params");
     for (std::size_t i = 0; i < traces_.size(); ++i) {
       const trace& t = traces_[i];
       by_slot_[{t.task, t.round}].push_back(i);

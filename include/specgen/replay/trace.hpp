@@ -275,6 +275,11 @@ struct no_kernel_answer {
       "The design is not settled yet: I need to reason further about the data layout and the "
       "parallelisation before I can write a correct kernel.";
   std::uint64_t tokens = 40;  ///< about the size of the text above
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("text", s.text);
+    f("tokens", s.tokens, specgen::detail::in<std::uint64_t>(0, limits::max_tokens));
+  }
   friend bool operator==(const no_kernel_answer&, const no_kernel_answer&) = default;
 };
 

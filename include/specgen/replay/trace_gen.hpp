@@ -152,10 +152,11 @@ struct corpus_params {
   friend bool operator==(const corpus_params&, const corpus_params&) = default;
   friend void to_json(nlohmann::json& j, const corpus_params& p) { j = specgen::detail::write_fields(p); }
   /// For `json.get<corpus_params>()`: missing keys keep their defaults; an
-  /// unknown key or a value out of range throws std::invalid_argument.
+  /// unknown key or a value out of range throws `detail::json_read_error`,
+  /// naming the value's JSON pointer.
   friend void from_json(const nlohmann::json& j, corpus_params& p) {
     auto r = specgen::detail::read_fields<corpus_params>(j, "");
-    if (!r) throw std::invalid_argument("corpus_params: " + r.error().what());
+    if (!r) throw specgen::detail::json_read_error(r.error());
     p = std::move(*r);
   }
 };

@@ -11,6 +11,7 @@
 
 #include <specgen/gpu/kv_store.hpp>
 #include <specgen/gpu/device_info.hpp>
+#include <specgen/detail/json_fields.hpp>
 
 #include <fmt/format.h>
 
@@ -53,15 +54,30 @@ void to_json(nlohmann::json& j, const kv_export& e) {
 }
 
 void from_json(const nlohmann::json& j, kv_export& e) {
+  // Every key is required: an export is written by `export_blocks`, and one
+  // with a key missing would attach to the wrong memory. An error names the
+  // JSON pointer of the value at fault ("/slabs/1/bytes: missing (required)").
+  using specgen::detail::nested_in;
+  using specgen::detail::required_key;
+  using specgen::detail::within;
   e = kv_export{};
-  j.at("lease").get_to(e.lease);
-  j.at("block_bytes").get_to(e.block_bytes);
-  j.at("checksums").get_to(e.checksums);
-  for (const auto& s : j.at("slabs"))
-    e.slabs.push_back({s.at("pci_bus_id").get<std::string>(), s.at("ipc_handle").get<std::string>(), s.at("bytes").get<std::uint64_t>(),
-                       s.at("tags_offset").get<std::uint64_t>()});
-  for (const auto& b : j.at("blocks"))
-    e.blocks.push_back({b.at("key").get<std::uint64_t>(), b.at("slab").get<std::uint32_t>(), b.at("slot").get<std::uint32_t>()});
+  e.lease = required_key<decltype(e.lease)>(j, "lease");
+  e.block_bytes = required_key<decltype(e.block_bytes)>(j, "block_bytes");
+  e.checksums = required_key<decltype(e.checksums)>(j, "checksums");
+  const auto each = [&](std::string_view key, auto&& read) {
+    within(j, key, [&](const nlohmann::json& list) {
+      if (!list.is_array()) throw specgen::detail::json_read_error({}, specgen::detail::wrong_type_problem("an array", list));
+      for (std::size_t i = 0; i < list.size(); ++i) nested_in(i, [&] { read(list[i]); });
+    });
+  };
+  each("slabs", [&](const nlohmann::json& s) {
+    e.slabs.push_back({required_key<std::string>(s, "pci_bus_id"), required_key<std::string>(s, "ipc_handle"),
+                       required_key<std::uint64_t>(s, "bytes"), required_key<std::uint64_t>(s, "tags_offset")});
+  });
+  each("blocks", [&](const nlohmann::json& b) {
+    e.blocks.push_back({required_key<std::uint64_t>(b, "key"), required_key<std::uint32_t>(b, "slab"),
+                        required_key<std::uint32_t>(b, "slot")});
+  });
 }
 
 namespace detail {

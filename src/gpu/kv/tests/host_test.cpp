@@ -291,7 +291,16 @@ TEST_CASE("an export descriptor round-trips through JSON and a malformed one is 
   CHECK(nlohmann::json::parse(j.dump()).get<kv_export>() == e);
   nlohmann::json broken = j;
   broken.erase("slabs");
-  CHECK_THROWS(broken.get<kv_export>());
+  CHECK_THROWS_WITH(broken.get<kv_export>(), "/slabs: missing (required)");
+  nlohmann::json no_bytes = j;
+  no_bytes["slabs"][0].erase("bytes");
+  CHECK_THROWS_WITH(no_bytes.get<kv_export>(), "/slabs/0/bytes: missing (required)");
+  nlohmann::json wrong = j;
+  wrong["blocks"][1]["slot"] = "three";
+  CHECK_THROWS_WITH(wrong.get<kv_export>(), Catch::Contains("/blocks/1/slot: expected") && Catch::Contains("string"));
+  nlohmann::json negative = j;
+  negative["lease"] = -1;
+  CHECK_THROWS_WITH(negative.get<kv_export>(), Catch::StartsWith("/lease: "));
 }
 
 TEST_CASE("IPC handles travel as hex and bad hex is refused") {
