@@ -250,14 +250,47 @@ struct tensor_spec {
 /// A binding of every size symbol to a value.
 using shape_binding = std::map<std::string, std::int64_t>;
 
+namespace detail {
+/// "N=1000,M=77": a shape as `mismatch_stats::shape` and error messages show it.
+inline std::string binding_text(const shape_binding& b) {
+  std::string out;
+  for (const auto& [k, v] : b) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
+  return out;
+}
+}  // namespace detail
+
 /// A reference or baseline implementation: device code with a launch plan, or
 /// a named host callback registered through the C++ API (cuBLAS, ...).
+/// A baseline time measured outside the evaluator and written into the task
+/// (`"baseline": {"recorded": {...}}`), e.g. PyTorch eager's time for an
+/// imported KernelBench problem. A speedup against it is `ms` over the
+/// candidate's median time.
+struct recorded_time {
+  double ms = 0;         ///< the recorded time of one run, milliseconds (> 0)
+  std::string device{};  ///< the GPU it was measured on, as the driver names it ("NVIDIA H200")
+  std::string what{};    ///< what was timed ("PyTorch 2.11.0 eager")
+  std::string details{}; ///< further measurements, a JSON object's text ("" for none)
+  friend bool operator==(const recorded_time&, const recorded_time&) = default;
+};
+
+/// How a task's reference or baseline is computed: device code with a plan,
+/// a registered host callback, stored outputs (reference only), or a
+/// recorded time (baseline only).
 struct implementation {
   std::string source{};  ///< CUDA source (kind plan)
   std::string plan{};    ///< launch plan text (kind plan, see plan.hpp)
   std::string host{};    ///< registered host callback name (kind host)
+  /// A stored-reference file (stored_reference.hpp): inputs and reference
+  /// outputs written by an importer, in place of a reference kernel. The
+  /// path as loaded, relative ones resolved against the task file's folder.
+  std::string stored{};
+  std::optional<recorded_time> recorded{};  ///< a recorded baseline time
   /// True for a host callback, false for device code with a plan.
   [[nodiscard]] bool is_host() const noexcept { return !host.empty(); }
+  [[nodiscard]] bool is_stored() const noexcept { return !stored.empty(); }
+  [[nodiscard]] bool is_recorded() const noexcept { return recorded.has_value(); }
+  /// Device code with a plan: something the evaluator compiles and runs.
+  [[nodiscard]] bool is_device_code() const noexcept { return !plan.empty() || !source.empty(); }
   friend bool operator==(const implementation&, const implementation&) = default;
 };
 
@@ -305,7 +338,9 @@ struct task {
   std::vector<tensor_spec> inputs{};
   std::vector<tensor_spec> outputs{};
   implementation reference{};
-  implementation baseline{};  ///< what speedups are measured against
+  /// What speedups are measured against. Empty (nothing set) only beside a
+  /// stored reference: no speedup is measured then.
+  implementation baseline{};
   std::vector<std::string> compile_options{};
   /// Named constants passed to kernels by value (plans pass them by name).
   std::vector<scalar_spec> scalars{};

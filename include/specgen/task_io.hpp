@@ -17,6 +17,7 @@
 #include <specgen/expected.hpp>
 #include <specgen/expr.hpp>
 #include <specgen/plan.hpp>
+#include <specgen/stored_reference.hpp>
 #include <specgen/task.hpp>
 
 #include <fmt/format.h>
@@ -47,13 +48,6 @@ namespace detail {
 /// and what is wrong.
 inline error task_failure(std::string file, std::string_view field, std::string message) {
   return file_error(file.empty() ? std::string("<task>") : std::move(file), field, std::move(message));
-}
-
-/// "N=1000,M=77": a shape as `mismatch_stats::shape` and error messages show it.
-inline std::string binding_text(const shape_binding& b) {
-  std::string out;
-  for (const auto& [k, v] : b) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
-  return out;
 }
 
 inline bool is_task_name(std::string_view s) {
@@ -145,8 +139,8 @@ class task_reader {
     if (auto e = impl(j["reference"], "/reference", t.reference)) return unexpected(std::move(*e));
     if (j.contains("baseline")) {
       if (auto e = impl(j["baseline"], "/baseline", t.baseline)) return unexpected(std::move(*e));
-    } else {
-      t.baseline = t.reference;
+    } else if (!t.reference.is_stored()) {
+      t.baseline = t.reference;  // beside a stored reference, no baseline unless one is given
     }
     if (j.contains("compile_options"))
       if (auto e = strings(j["compile_options"], "/compile_options", t.compile_options)) return unexpected(std::move(*e));
@@ -260,7 +254,16 @@ class task_reader {
   }
 
   maybe_error impl(const json& j, const std::string& at, implementation& out) const {
-    if (auto e = keys(j, at, {"source", "source_file", "plan", "host"}, {})) return e;
+    if (auto e = keys(j, at, {"source", "source_file", "plan", "host", "stored", "recorded"}, {})) return e;
+    if (j.contains("stored")) {
+      std::string rel;
+      if (auto e = string(j["stored"], at + "/stored", rel)) return e;
+      if (rel.empty()) return err(at + "/stored", "must name a stored-reference file, got \"\"");
+      const std::filesystem::path p = std::filesystem::path(rel).is_absolute() ? std::filesystem::path(rel) : dir_ / rel;
+      out.stored = p.lexically_normal().string();
+    }
+    if (j.contains("recorded"))
+      if (auto e = recorded(j["recorded"], at + "/recorded", out.recorded.emplace())) return e;
     if (j.contains("source") && j.contains("source_file"))
       return err(at, "give either 'source' (inline) or 'source_file' (a path), not both");
     if (j.contains("source"))
@@ -279,6 +282,22 @@ class task_reader {
       if (auto e = text(j["plan"], at + "/plan", out.plan)) return e;
     if (j.contains("host"))
       if (auto e = string(j["host"], at + "/host", out.host)) return e;
+    return std::nullopt;
+  }
+
+  /// `{"ms": 0.123, "device": "NVIDIA H200", "what": "...", "details": {...}}`.
+  maybe_error recorded(const json& j, const std::string& at, recorded_time& out) const {
+    if (auto e = keys(j, at, {"ms", "device", "what", "details"}, {"ms", "device"})) return e;
+    if (!number_value(j["ms"], out.ms) || !(out.ms > 0) || !std::isfinite(out.ms))
+      return err(at + "/ms", fmt::format("must be a time in milliseconds > 0, got {}", j["ms"].dump()));
+    if (auto e = string(j["device"], at + "/device", out.device)) return e;
+    if (j.contains("what"))
+      if (auto e = string(j["what"], at + "/what", out.what)) return e;
+    if (j.contains("details")) {
+      if (!j["details"].is_object())
+        return err(at + "/details", fmt::format("must be an object, got {}", type_name(j["details"])));
+      out.details = j["details"].dump();
+    }
     return std::nullopt;
   }
 
@@ -450,11 +469,19 @@ inline expected<void, error> validate_task(const task& t, const device_limits& l
   for (int which = 0; which < 2; ++which) {
     const implementation& im = which ? t.baseline : t.reference;
     const std::string at = which ? "/baseline" : "/reference";
-    const bool device = !im.source.empty() || !im.plan.empty();
-    if (im.is_host() == device)
-      return fail(at, im.is_host() ? "give either 'host' or 'source' with 'plan', not both"
-                                   : "give 'source' (or 'source_file') with 'plan', or 'host'");
-    if (im.is_host()) continue;
+    const bool device = im.is_device_code();
+    const int kinds = int{device} + int{im.is_host()} + int{im.is_stored()} + int{im.is_recorded()};
+    if (which == 0 && im.is_recorded())
+      return fail(at + "/recorded", "a reference computes outputs: a recorded time can only be a baseline");
+    if (which == 1 && im.is_stored())
+      return fail(at + "/stored", "a baseline is timed: stored outputs can only be a reference");
+    if (which == 1 && kinds == 0 && t.reference.is_stored()) continue;  // no baseline: no speedup
+    if (kinds != 1)
+      return fail(at, kinds > 1 ? "give one of 'host', 'source' with 'plan', 'stored' (a reference) or 'recorded' (a "
+                                  "baseline), not several"
+                                : which == 0 ? "give 'source' (or 'source_file') with 'plan', 'host', or 'stored'"
+                                             : "give 'source' (or 'source_file') with 'plan', 'host', or 'recorded'");
+    if (!device) continue;
     if (im.plan.empty()) return fail(at + "/plan", "the source needs a launch plan: give 'plan'");
     auto plan = parse_plan(im.plan);
     if (!plan) return fail(at + "/plan", plan.error().what());
@@ -502,7 +529,15 @@ inline expected<task, error> load_task(const std::filesystem::path& path) noexce
   try {
     return detail::read_json_file(path, detail::file_kinds::task)
         .transform_error([&](const error& e) { return detail::whole_file_error(file, e); })
-        .and_then([&](const nlohmann::json& j) { return parse_task(j, file); });
+        .and_then([&](const nlohmann::json& j) { return parse_task(j, file); })
+        .and_then([&](task t) -> expected<task, error> {
+          if (!t.reference.is_stored()) return t;
+          // The header and the sizes of every buffer; the checksums are verified as buffers are read.
+          auto ref = stored_reference::open(t.reference.stored);
+          if (!ref) return unexpected(ref.error());
+          if (auto ok = ref->check(t); !ok) return unexpected(ok.error());
+          return t;
+        });
   } catch (const std::exception& e) {  // bad_alloc, or a bug: still an error value for the caller
     return unexpected(detail::task_failure(file, "", fmt::format("cannot load the task: {}", e.what())));
   }
@@ -561,6 +596,13 @@ inline nlohmann::json to_json(const task& t) {
   };
   auto impl = [](const implementation& im) {
     if (im.is_host()) return json{{"host", im.host}};
+    if (im.is_stored()) return json{{"stored", im.stored}};
+    if (im.recorded) {
+      json r{{"ms", im.recorded->ms}, {"device", im.recorded->device}};
+      if (!im.recorded->what.empty()) r["what"] = im.recorded->what;
+      if (!im.recorded->details.empty()) r["details"] = json::parse(im.recorded->details, nullptr, false);
+      return json{{"recorded", std::move(r)}};
+    }
     return json{{"source", im.source}, {"plan", im.plan}};
   };
   json shapes = json::array();
@@ -581,8 +623,8 @@ inline nlohmann::json to_json(const task& t) {
             {"inputs", tensors(t.inputs, true)},
             {"outputs", tensors(t.outputs, false)},
             {"reference", impl(t.reference)},
-            {"baseline", impl(t.baseline)},
             {"compile_options", t.compile_options}};
+  if (!(t.reference.is_stored() && t.baseline == implementation{})) out["baseline"] = impl(t.baseline);
   if (t.distributions) {
     out["distributions"] = json::array();
     for (const auto& d : *t.distributions) out["distributions"].push_back(to_string(d));
