@@ -89,6 +89,11 @@ struct input_case {
   /// them gives the magnitude of the terms behind each output.
   bool absolute = false;
   std::optional<distribution> floats{};  ///< the validation case's replacement (for messages)
+  /// A stored reference's case (its index in the file): the inputs are sent
+  /// from the file instead of generated, and the reference outputs are read
+  /// from it. `seed` and `dists` are then unused.
+  std::optional<std::size_t> stored{};
+  std::string what{};  ///< a stored case's description, for messages
 };
 
 /// The inputs of validation case `vc` at validation shape `shape_index`:
@@ -117,6 +122,7 @@ inline input_case own_case(const task& t, std::uint64_t seed) {
 
 /// "seed 3, uniform float inputs" / "seed 1, the inputs' own distributions" (+ ", x: normal(1000, 1)").
 inline std::string case_text(const task& t, const input_case& c) {
+  if (c.stored) return c.what.empty() ? fmt::format("stored case {}", *c.stored) : c.what;
   std::string s = fmt::format("seed {}, {}", c.seed,
                               c.floats ? fmt::format("{} float inputs", to_string(*c.floats))
                                        : std::string("the inputs' own distributions"));

@@ -160,17 +160,36 @@ inline bool terms_may_clear(const verdict& bad) {
 /// neither runs on the device.
 struct baseline_choice {
   const implementation* base = nullptr;
-  std::string note{};  ///< set when `base` is null
+  const recorded_time* recorded = nullptr;  ///< a recorded time instead of a timed baseline
+  std::string note{};  ///< set when both are null
 };
 
 inline baseline_choice choose_baseline(const task& t) {
   if (!t.baseline.is_host() && !t.baseline.plan.empty()) return {.base = &t.baseline};
+  if (t.baseline.recorded) return {.recorded = &*t.baseline.recorded};
   if (t.baseline.is_host())
     return {.note = fmt::format("the baseline is the host callback '{}', which the worker cannot time: the candidate "
                                 "was timed alone and the speedup is 0",
                                 t.baseline.host)};
   if (!t.reference.is_host() && !t.reference.plan.empty()) return {.base = &t.reference};
+  if (t.reference.is_stored())
+    return {.note = "the task has no baseline (its reference is stored outputs, and it records no baseline time): "
+                    "the candidate was timed alone and the speedup is 0"};
   return {.note = "the task has no device baseline: the candidate was timed alone and the speedup is 0"};
+}
+
+/// The speedup against a recorded baseline time: `ms` over the candidate's
+/// median. A note when it was recorded on another GPU than `device`, whose
+/// speedup then compares two GPUs.
+inline void apply_recorded(measurement& m, const recorded_time& r, std::string_view device,
+                           std::vector<std::string>& notes) {
+  m.baseline_median_us = r.ms * 1000.0;
+  m.speedup = m.median_us > 0 ? m.baseline_median_us / m.median_us : 0.0;
+  m.baseline_of = fmt::format("recorded: {} on {}", r.what.empty() ? std::string("a recorded time") : r.what, r.device);
+  if (r.device != device)
+    notes.push_back(fmt::format("the baseline time was recorded on {}, and this GPU is {}: the speedup compares two "
+                                "GPUs; import the task again on this GPU for a like-for-like speedup",
+                                r.device, device));
 }
 
 /// Runs of one profile call that `max_seconds` does not cap: warm-up, CUPTI,

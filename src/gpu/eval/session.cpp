@@ -7,6 +7,7 @@
 #include "gpu/supervisor/worker_host.hpp"
 
 #include <specgen/gpu/evaluation.hpp>
+#include <specgen/stored_reference.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -55,6 +56,9 @@ struct device_session::state {
   std::shared_ptr<compiler> comp;
   std::shared_ptr<reference_cache> refs;
   std::unique_ptr<worker_host> worker;
+
+  // Stored references opened so far, by path (each checked against its task when opened).
+  std::map<std::string, std::shared_ptr<const stored_reference>> stores;
 
   // Module keys the current worker has loaded (as far as this session knows).
   std::set<std::string> loaded;
@@ -184,7 +188,16 @@ struct device_session::state {
                                          bool poison = true) {
     kernel_faulted = false;
     json lists = json::array();
-    for (const auto& c : sets) lists.push_back(inputs_json(t, c));
+    std::string sent;  // a stored case's inputs, sent in the request's binary part ahead of the cubin
+    for (const auto& c : sets) {
+      if (!c.stored) {
+        lists.push_back(inputs_json(t, c));
+        continue;
+      }
+      auto in = stored_buffers(t, *c.stored, stored_part::inputs);
+      if (!in) return unexpected(in.error());
+      lists.push_back(sent_inputs(t, **in, sent));
+    }
     json args{{"task", task_json},
               {"plan", plan},
               {"shape", shape},
@@ -203,10 +216,10 @@ struct device_session::state {
     track_worker();
     bool with_cubin = !loaded.contains(binary.key);
     for (int attempt = 0;; ++attempt) {
-      request r{.op = "run", .args = args, .binary = {}};
+      request r{.op = "run", .args = args, .binary = sent};
       if (with_cubin) {
-        r.args["cubin"] = {{"offset", 0}, {"length", binary.cubin.size()}};
-        r.binary.assign(reinterpret_cast<const char*>(binary.cubin.data()), binary.cubin.size());
+        r.args["cubin"] = {{"offset", sent.size()}, {"length", binary.cubin.size()}};
+        r.binary.append(reinterpret_cast<const char*>(binary.cubin.data()), binary.cubin.size());
       }
       auto resp = call(std::move(r), deadline, what);
       if (!resp) {
@@ -251,6 +264,84 @@ struct device_session::state {
     return out;
   }
 
+  /// The stored reference of `t`, opened (and checked against `t`) once per
+  /// session and path; a fault verdict when it cannot be read or does not fit.
+  expected<std::shared_ptr<const stored_reference>, verdict> store_of(const task& t) {
+    if (auto it = stores.find(t.reference.stored); it != stores.end()) return it->second;
+    auto opened = stored_reference::open(t.reference.stored);
+    if (!opened)
+      return unexpected(make(verdict_kind::fault, "the task's stored reference cannot be read: " + opened.error().what()));
+    if (auto ok = opened->check(t); !ok)
+      return unexpected(make(verdict_kind::fault, "the task's stored reference does not fit the task: " + ok.error().what()));
+    auto shared = std::make_shared<const stored_reference>(std::move(*opened));
+    stores.emplace(t.reference.stored, shared);
+    return shared;
+  }
+
+  enum class stored_part { inputs, outputs, terms };
+
+  /// One part of stored case `index` of `t`'s stored reference, in the task's
+  /// input or output order (terms: empty for an output without them), read
+  /// once and kept in the reference cache; a fault verdict when the file
+  /// cannot be read or a buffer fails its checksum.
+  expected<std::shared_ptr<const output_set>, verdict> stored_buffers(const task& t, std::size_t index, stored_part part) {
+    auto ref = store_of(t);
+    if (!ref) return unexpected(ref.error());
+    if (index >= (*ref)->cases().size())
+      return unexpected(make(verdict_kind::fault, fmt::format("the task's stored reference has no case {}", index)));
+    const stored_case& c = (*ref)->cases()[index];
+    static constexpr std::array<const char*, 3> names{"inputs", "outputs", "terms"};
+    const std::string key =
+        fmt::format("stored|{}|{}|{}|{}", t.reference.stored, (*ref)->file_bytes(), index, names[static_cast<int>(part)]);
+    if (auto hit = refs->find(key)) {
+      count(&session_stats::reference_hits);
+      return hit;
+    }
+    const auto& specs = part == stored_part::inputs ? t.inputs : t.outputs;
+    const auto& blobs = part == stored_part::inputs ? c.inputs : part == stored_part::outputs ? c.outputs : c.terms;
+    if (part == stored_part::terms && blobs.empty())
+      return unexpected(make(verdict_kind::fault, fmt::format("the stored reference holds no terms for {}", case_text(t, {.stored = index, .what = c.what}))));
+    auto out = std::make_shared<output_set>();
+    for (const auto& spec : specs) {
+      auto it = blobs.find(spec.name);
+      if (it == blobs.end()) {  // only terms may lack a buffer (`check` saw to the rest)
+        out->emplace_back();
+        continue;
+      }
+      auto bytes = (*ref)->read(it->second);
+      if (!bytes)
+        return unexpected(make(verdict_kind::fault, "the task's stored reference is damaged: " + bytes.error().what()));
+      out->push_back(std::move(*bytes));
+    }
+    count(&session_stats::reference_runs);
+    refs->insert(key, out);
+    return std::shared_ptr<const output_set>(out);
+  }
+
+  /// The input cases of the stored reference at `shape`: every stored case there.
+  expected<std::vector<input_case>, verdict> stored_cases(const task& t, const shape_binding& shape) {
+    auto ref = store_of(t);
+    if (!ref) return unexpected(ref.error());
+    std::vector<input_case> out;
+    for (std::size_t i : (*ref)->cases_at(shape))
+      out.push_back({.seed = (*ref)->cases()[i].seed, .dists = {}, .absolute = false, .floats = {}, .stored = i,
+                     .what = (*ref)->cases()[i].what});
+    if (out.empty())
+      return unexpected(make(verdict_kind::fault, fmt::format("the task's stored reference holds no case at {}", shape_text(shape))));
+    return out;
+  }
+
+  /// `inputs` appended to `sent`, and the run request's list naming them
+  /// (`{"name", "offset", "length"}` into the binary part).
+  static json sent_inputs(const task& t, const output_set& inputs, std::string& sent) {
+    json list = json::array();
+    for (std::size_t i = 0; i < t.inputs.size(); ++i) {
+      list.push_back({{"name", t.inputs[i].name}, {"offset", sent.size()}, {"length", inputs[i].size()}});
+      sent.append(reinterpret_cast<const char*>(inputs[i].data()), inputs[i].size());
+    }
+    return list;
+  }
+
   /// Reference outputs for (t, shape, inputs): from the cache, else computed
   /// by the host callback or by the reference plan on the worker. Calls the
   /// worker on a miss, so outputs read in place from an earlier reply must
@@ -258,6 +349,13 @@ struct device_session::state {
   expected<std::shared_ptr<const output_set>, verdict> reference(const task& t, const json& task_json,
                                                                  std::uint64_t hash, const shape_binding& shape,
                                                                  const input_case& inputs) {
+    if (t.reference.is_stored()) {
+      if (!inputs.stored)
+        return unexpected(make(verdict_kind::fault,
+                               fmt::format("the task's reference is stored outputs, which hold no case for {} at {}",
+                                           case_text(t, inputs), shape_text(shape))));
+      return stored_buffers(t, *inputs.stored, inputs.absolute ? stored_part::terms : stored_part::outputs);
+    }
     const std::string key = reference_key(hash, shape, inputs);
     if (auto hit = refs->find(key)) {
       count(&session_stats::reference_hits);
@@ -359,8 +457,14 @@ struct device_session::state {
       auto sizes = output_sizes(t, shape);
       if (!sizes) return sizes.error();
       std::vector<input_case> cases;
-      for (const auto& vc : config.validation.cases)
-        if (case_applies(t, vc)) cases.push_back(make_case(t, si, vc));
+      if (t.reference.is_stored()) {  // the stored cases replace the evaluator's own
+        auto stored = stored_cases(t, shape);
+        if (!stored) return stored.error();
+        cases = std::move(*stored);
+      } else {
+        for (const auto& vc : config.validation.cases)
+          if (case_applies(t, vc)) cases.push_back(make_case(t, si, vc));
+      }
       // One call in one loaded module for every case, or (same_module off) one call per case.
       std::vector<std::vector<input_case>> calls;
       if (config.validation.same_module) calls.push_back(cases);
@@ -456,6 +560,7 @@ struct device_session::state {
   /// Everything one profile call needs, gathered before the worker is called.
   struct profile_call {
     const implementation* base = nullptr;    ///< what the candidate is timed against, if anything
+    const recorded_time* recorded = nullptr;  ///< or the baseline's recorded time
     std::shared_ptr<const compiled> base_bin;
     json task_json;
     std::uint64_t hash = 0;                  ///< of task_json, for the reference cache
@@ -481,7 +586,8 @@ struct device_session::state {
     // The baseline: the task's own when it is device code, else the reference.
     const baseline_choice choice = choose_baseline(t);
     job.base = choice.base;
-    if (!job.base) notes.push_back(choice.note);
+    job.recorded = choice.recorded;
+    if (!choice.note.empty()) notes.push_back(choice.note);
     if (job.base) {
       auto b = comp->compile(job.base->source, options_for(config, dev, t));
       if (!b)
@@ -507,7 +613,23 @@ struct device_session::state {
     // call are read in place in the worker's bulk region, which the next
     // request (a reference run, on a cache miss) would overwrite.
     job.hash = fnv1a(job.task_json.dump());
-    job.recheck_inputs = own_case(t, pc.recheck_seed);
+    json timed_inputs = nullptr, recheck_inputs = nullptr;
+    if (t.reference.is_stored()) {
+      // The first stored case at the benchmark shape is timed; the last, on
+      // other inputs when there are two, is the recheck.
+      auto cases = stored_cases(t, shape);
+      if (!cases) return unexpected(cases.error());
+      job.recheck_inputs = cases->back();
+      for (const input_case* c : {&cases->front(), &cases->back()}) {
+        auto in = stored_buffers(t, *c->stored, stored_part::inputs);
+        if (!in) return unexpected(in.error());
+        (c == &cases->front() ? timed_inputs : recheck_inputs) = sent_inputs(t, **in, binary);
+      }
+      if (cases->size() < 2)
+        notes.push_back("the stored reference has one case at the benchmark shape: the recheck ran on the timed inputs");
+    } else {
+      job.recheck_inputs = own_case(t, pc.recheck_seed);
+    }
     auto want = reference(t, job.task_json, job.hash, shape, job.recheck_inputs);
     if (!want) return unexpected(want.error());
     job.want = *want;
@@ -529,6 +651,10 @@ struct device_session::state {
               {"hardware_metrics", pc.hardware_metrics},
               {"guard", config.validation.guard_bytes},
               {"deadline_ms", millis(pc.run_deadline)}};
+    if (!timed_inputs.is_null()) {
+      args["inputs"] = std::move(timed_inputs);
+      args["recheck_inputs"] = std::move(recheck_inputs);
+    }
     // Sampling stops at max_seconds, but one sample may still take a whole
     // run_deadline; warm-up, CUPTI and recheck runs are not under the cap.
     const int sides = job.base_bin ? 2 : 1;
@@ -631,6 +757,7 @@ struct device_session::state {
     measurement m;
     try {
       m = measure(r, got->candidate, got->baseline, job->base == &t.reference ? "reference" : "baseline", notes);
+      if (job->recorded) apply_recorded(m, *job->recorded, dev.name, notes);
       auto plan = parse_plan(c.plan);
       const auto per_run = static_cast<std::int64_t>(plan ? plan->launches.size() : 0);
       if (auto bad = judge_cupti(r, pc, per_run, what, m, notes)) return finish(std::move(*bad));

@@ -5,7 +5,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <specgen/stored_reference.hpp>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -313,6 +317,139 @@ TEST_CASE("a host reference computes the expected outputs; a host baseline means
   verdict v = s->validate(t, make_candidate("good_add"));
   CHECK(v.kind == verdict_kind::fault);
   CHECK(contains(v.summary, "the task's reference failed"));
+}
+
+namespace {
+
+/// `sum_task` with its reference stored in `file`: two cases at the benchmark
+/// shape (N = 4096, seeds 1 and 2), three at N = 1000 and one at N = 1, each
+/// output the sum of the inputs, with terms (|a| + |b|) when `terms`; the
+/// baseline a recorded 0.3 ms on "NVIDIA H200".
+task stored_sum_task(const std::filesystem::path& file, bool terms) {
+  task t = sum_task();
+  t.benchmark_shape = {{"N", 4096}};
+  std::vector<stored_case_data> cases;
+  auto add = [&](std::int64_t n, std::uint64_t seed) {
+    stored_case_data c{.shape = {{"N", n}}, .seed = seed, .what = fmt::format("stored seed {} at N={}", seed, n),
+                       .inputs = {}, .outputs = {}, .terms = {}};
+    const auto a = make_input(t.inputs[0], n, seed), b = make_input(t.inputs[1], n, seed + 100);
+    std::vector<std::byte> sum(a.size()), mag(a.size());
+    for (std::int64_t i = 0; i < n; ++i) {
+      float x, y;
+      std::memcpy(&x, a.data() + 4 * i, 4);
+      std::memcpy(&y, b.data() + 4 * i, 4);
+      const float s = x + y, m = std::fabs(x) + std::fabs(y);
+      std::memcpy(sum.data() + 4 * i, &s, 4);
+      std::memcpy(mag.data() + 4 * i, &m, 4);
+    }
+    c.inputs = {{"a", a}, {"b", b}};
+    c.outputs = {{"c", sum}};
+    if (terms) c.terms = {{"c", mag}};
+    cases.push_back(std::move(c));
+  };
+  add(4096, 1);
+  add(4096, 2);
+  for (std::uint64_t seed : {1, 2, 3}) add(1000, seed);
+  add(1, 1);
+  REQUIRE(stored_reference::write(file, t.name, cases));
+  t.reference = {.source = {}, .plan = {}, .host = {}, .stored = file.string(), .recorded = {}};
+  t.baseline = {.source = {}, .plan = {}, .host = {}, .stored = {},
+                .recorded = recorded_time{.ms = 0.3, .device = "NVIDIA H200", .what = "PyTorch eager", .details = {}}};
+  t.distributions = std::vector<distribution>{};
+  REQUIRE(validate_task(t));
+  return t;
+}
+
+std::filesystem::path stored_file(const char* name) {
+  return std::filesystem::temp_directory_path() / fmt::format("specgen_session_{}_{}.specref", name, ::getpid());
+}
+
+}  // namespace
+
+TEST_CASE("a stored reference: its cases are the validation, its inputs are sent, its outputs are the reference") {
+  const auto file = stored_file("good");
+  auto s = open_session();
+  const task t = stored_sum_task(file, true);
+  evaluation e = s->evaluate(t, make_candidate("good_add"));
+  INFO(e.result.summary << "\n" << e.result.log);
+  REQUIRE(e.result.kind == verdict_kind::ok);
+  REQUIRE(e.timing);
+  // The recorded baseline: 300 us over the stand-in's 100 us, with a note that the GPUs differ.
+  CHECK(e.timing->baseline_median_us == Approx(300));
+  CHECK(e.timing->speedup == Approx(3));
+  CHECK(e.timing->baseline_of == "recorded: PyTorch eager on NVIDIA H200");
+  CHECK(contains(e.result.log, "recorded on NVIDIA H200, and this GPU is fake H200"));
+
+  // Every part is read once: the validation's outputs (4 cases), the profile's inputs (2) and the recheck's outputs.
+  const auto reads = s->stats().reference_runs;
+  CHECK(reads >= 6);
+  CHECK(s->validate(t, make_candidate("good_other", 2)).kind == verdict_kind::ok);
+  CHECK(s->stats().reference_runs == reads);
+
+  verdict wrong = s->validate(t, make_candidate("wrong_add", 3));
+  CHECK(wrong.kind == verdict_kind::wrong_result);
+  CHECK(contains(wrong.log, "stored seed 1 at N=1"));
+  verdict stale = s->validate(t, make_candidate("stale_add", 4));
+  CHECK(stale.kind == verdict_kind::wrong_result);
+  CHECK(s->validate(t, make_candidate("clobber_add", 5)).kind == verdict_kind::input_mutation);
+  // A kernel returning the timed inputs' outputs at the recheck fails it: the stored recheck case differs.
+  evaluation cached = s->profile(t, make_candidate("cache_add", 6));
+  CHECK(cached.result.kind == verdict_kind::wrong_result);
+  CHECK(contains(cached.result.summary, "the last timed run, on fresh inputs"));
+  std::filesystem::remove(file);
+}
+
+TEST_CASE("a stored reference's terms give the allowance; without them abs and rel decide") {
+  const auto with = stored_file("terms"), without = stored_file("noterms");
+  auto s = open_session();
+  task t = stored_sum_task(with, true);
+  t.outputs[0].tol = {.abs = 0, .rel = 0, .terms = 16};
+  verdict v = s->validate(t, make_candidate("rounded_add"));
+  INFO(v.summary << "\n" << v.log);
+  CHECK(v.kind == verdict_kind::ok);
+  task bare = stored_sum_task(without, false);
+  bare.outputs[0].tol = t.outputs[0].tol;
+  verdict no_terms = s->validate(bare, make_candidate("rounded_add", 2));
+  CHECK(no_terms.kind == verdict_kind::wrong_result);
+  CHECK(contains(no_terms.log, "no terms allowance: the stored reference holds no terms"));
+  std::filesystem::remove(with);
+  std::filesystem::remove(without);
+}
+
+TEST_CASE("a damaged or missing stored reference is the task's fault; no baseline means no speedup") {
+  const auto file = stored_file("damaged");
+  task t = stored_sum_task(file, false);
+  {
+    auto s = open_session();
+    auto ref = stored_reference::open(file);
+    REQUIRE(ref);
+    const auto at = ref->cases()[2].outputs.at("c").offset + 8;  // the first case at N=1000
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put('\x7f');
+    f.close();
+    verdict v = s->validate(t, make_candidate("good_add"));
+    CHECK(v.kind == verdict_kind::fault);
+    CHECK(contains(v.summary, "the task's stored reference is damaged"));
+    CHECK(contains(v.summary, "checksum"));
+  }
+  {
+    auto s = open_session();
+    std::filesystem::remove(file);
+    verdict v = s->validate(t, make_candidate("good_add"));
+    CHECK(v.kind == verdict_kind::fault);
+    CHECK(contains(v.summary, "the task's stored reference cannot be read"));
+  }
+  {
+    auto s = open_session();
+    t = stored_sum_task(file, false);
+    t.baseline = {};
+    evaluation e = s->evaluate(t, make_candidate("good_add"));
+    REQUIRE(e.result.kind == verdict_kind::ok);
+    CHECK(e.timing->speedup == 0);
+    CHECK(contains(e.result.log, "the task has no baseline (its reference is stored outputs"));
+  }
+  std::filesystem::remove(file);
 }
 
 TEST_CASE("the profiler's decisions") {

@@ -160,6 +160,12 @@ class io_set {
   std::map<dtype, device_buffer> poison_sources_{};  // default poison: one pattern buffer per output dtype
 };
 
+/// Uploads every input of `t` into `io`, as `given` lists them: sent bytes
+/// (`{"name", "offset", "length"}` into `binary`) or generated ones
+/// (`{"name", "seed", "distribution"?, "abs"?}`).
+expected<void, failure> load_inputs(io_set& io, const task& t, const nlohmann::json& given,
+                                    std::span<const std::byte> binary);
+
 /// `{"guards_intact", "guards_broken", "inputs_intact", "inputs_changed"}` into `out`.
 void put_check(nlohmann::json& out, const run_check& c);
 

@@ -20,41 +20,6 @@ using json = nlohmann::json;
 /// Largest `repeats` accepted: a validation needs a few; more is a broken host.
 constexpr std::uint64_t max_repeats = 1000;
 
-/// Uploads every task input: sent bytes (`{"name", "offset", "length"}`) or
-/// generated ones (`{"name", "seed", "distribution"?, "abs"?}`).
-expected<void, failure> load_inputs(io_set& io, const task& t, const json& given, std::span<const std::byte> binary) {
-  if (!given.is_array()) return unexpected(bad_request("\"inputs\" must be an array"));
-  for (std::size_t i = 0; i < t.inputs.size(); ++i) {
-    const auto& spec = t.inputs[i];
-    auto it = std::find_if(given.begin(), given.end(),
-                           [&](const json& g) { return g.is_object() && g.value("name", "") == spec.name; });
-    if (it == given.end()) return unexpected(bad_request(fmt::format("input '{}' was not sent", spec.name)));
-    if (it->contains("seed")) {
-      auto seed = read_u64(*it, "seed", 0);
-      if (!seed) return unexpected(seed.error());
-      std::optional<distribution> dist;
-      if (it->contains("distribution") && !(*it)["distribution"].is_null()) {
-        const json& d = (*it)["distribution"];
-        if (!d.is_string())
-          return unexpected(bad_request(fmt::format("input '{}': \"distribution\" must be a string, got {}", spec.name,
-                                                    d.dump())));
-        dist = parse_distribution(d.get<std::string>());
-        if (!dist)
-          return unexpected(bad_request(fmt::format("input '{}': {}", spec.name, distribution_error(d.get<std::string>()))));
-      }
-      const json absolute = it->value("abs", json(false));
-      if (!absolute.is_boolean())
-        return unexpected(bad_request(fmt::format("input '{}': \"abs\" must be true or false", spec.name)));
-      if (auto g = io.generate_input(i, spec, *seed, dist, absolute.get<bool>()); !g) return g;
-      continue;
-    }
-    auto bytes = read_slice(*it, binary, "input " + spec.name);
-    if (!bytes) return unexpected(bytes.error());
-    if (auto u = io.upload_input(i, *bytes); !u) return u;
-  }
-  return {};
-}
-
 /// The input sets of a run request: `"sets": [[inputs...], ...]`, or the
 /// single set `"inputs": [...]`.
 expected<std::vector<json>, failure> input_sets(const json& a) {

@@ -291,7 +291,11 @@ wd::handled profile_op(const request& r) {
     const bool has_baseline = a.contains("baseline") && !a["baseline"].is_null();
     const int n = std::max(a.value("min_samples", 20), 1), cupti_runs = a.value("cupti_runs", 5);
     const double median_us = how == "fast" ? 0.5 : 100.0;
-    auto inputs = make_inputs(*t, shape, json::array(), r.binary, how == "cache" ? seed : recheck_seed);
+    // The recheck's inputs: sent ones (a stored reference's, "inputs" and
+    // "recheck_inputs"), else generated from the seeds.
+    const char* sent = how == "cache" ? "inputs" : "recheck_inputs";
+    auto inputs = a.contains(sent) ? make_inputs(*t, shape, a[sent], r.binary, std::nullopt)
+                                   : make_inputs(*t, shape, json::array(), r.binary, how == "cache" ? seed : recheck_seed);
     std::string binary;
     json recheck = run_entry(*t, how, 0, sum_outputs(*t, shape, inputs), binary);
     recheck["seed"] = recheck_seed;
