@@ -59,6 +59,32 @@ TEST_CASE("judge: the baseline is the task's device code, else the reference, el
                      "timed alone and the speedup is 0");
 }
 
+TEST_CASE("judge: a recorded baseline time gives the speedup, with a note when it is another GPU's") {
+  task t = sum_task();
+  t.reference = {.source = {}, .plan = {}, .host = {}, .stored = "sum.specref", .recorded = {}};
+  t.baseline = {};
+  auto none = choose_baseline(t);
+  CHECK(none.base == nullptr);
+  CHECK(none.recorded == nullptr);
+  CHECK_THAT(none.note, Catch::StartsWith("the task has no baseline (its reference is stored outputs"));
+  t.baseline.recorded = recorded_time{.ms = 0.5, .device = "NVIDIA H200", .what = "PyTorch 2.11.0 eager", .details = {}};
+  auto recorded = choose_baseline(t);
+  CHECK(recorded.recorded == &*t.baseline.recorded);
+  CHECK(recorded.note.empty());
+
+  measurement m;
+  m.median_us = 125;
+  std::vector<std::string> notes;
+  apply_recorded(m, *t.baseline.recorded, "NVIDIA H200", notes);
+  CHECK(m.baseline_median_us == Approx(500));
+  CHECK(m.speedup == Approx(4));
+  CHECK(m.baseline_of == "recorded: PyTorch 2.11.0 eager on NVIDIA H200");
+  CHECK(notes.empty());
+  apply_recorded(m, *t.baseline.recorded, "NVIDIA A100-SXM4-80GB", notes);
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("recorded on NVIDIA H200, and this GPU is NVIDIA A100-SXM4-80GB"));
+}
+
 TEST_CASE("judge: uncapped profile runs count warm-up, CUPTI, the range profiler and the checks") {
   profile_config pc;
   pc.warmup = 10;
