@@ -51,6 +51,35 @@ for step in "$@"; do
       r=$?; ((rc == 0)) && rc=$r
       echo "rc=$r"; grep -E "wrong verdicts|<-- WRONG|test cases" "$out/suite.log" | head -20
       ;;
+    kernelbench)
+      # The KernelBench test problems: imported on this GPU (stored references, the eager
+      # baseline timed both ways), then the hand-written kernels judged against them.
+      export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+      export SPECGEN_XXHASH_LIB="$prefix/usr/lib/x86_64-linux-gnu/libxxhash.so.0"
+      kb="$out/kernelbench"
+      mkdir -p "$kb"
+      python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())'
+      timeout 400 python3 "$repo/tools/kernelbench/import_kernelbench.py" "$repo"/tests/kernelbench/problems/level*/*.py \
+        --out /tmp/kb-tasks --device cuda --json-summary "$kb/import.json" > "$kb/import.log" 2>&1
+      r=$?; ((rc == 0)) && rc=$r
+      echo "import rc=$r"; tail -12 "$kb/import.log"
+      cp /tmp/kb-tasks/*.json "$kb/" 2>/dev/null
+      (cd "$build/tests/kernelbench" && SPECGEN_KB_TASKS=/tmp/kb-tasks SPECGEN_KB_RESULTS="$kb/judge.json" \
+        timeout 400 ./gpu_kernelbench_test > "$kb/judge.log" 2>&1)
+      r=$?; ((rc == 0)) && rc=$r
+      echo "judge rc=$r"; tail -25 "$kb/judge.log"
+      ;;
+    kernelbench-public)
+      # KernelBench's own level-1 and level-2 problems, when a copy lies in .debs/kernelbench_public
+      # (never committed): each must import or fail with a reason. No timing; 4 at a time.
+      export SPECGEN_XXHASH_LIB="$prefix/usr/lib/x86_64-linux-gnu/libxxhash.so.0"
+      kb="$out/kernelbench-public"
+      mkdir -p "$kb"
+      ls "$repo"/.debs/kernelbench_public/level[12]/*.py 2>/dev/null | \
+        xargs -P 4 -I{} sh -c 'n=$(basename "$(dirname "{}")")_$(basename "{}" .py); timeout 120 python3 "$0" "{}" --out /tmp/kb-public --device cuda --no-timing --seeds 2 --max-store-mb 1024 --json-summary "$1/$n.json" > "$1/$n.log" 2>&1; echo "$n rc=$?" >> "$1/rc.txt"' \
+        "$repo/tools/kernelbench/import_kernelbench.py" "$kb"
+      echo "problems: $(wc -l < "$kb/rc.txt" 2>/dev/null)"; sort "$kb/rc.txt" | awk '{print $2}' | sort | uniq -c
+      ;;
     smemfault)
       OUT=$out "$repo/scripts/device/smem_race_fault/run.sh"
       ;;
