@@ -350,6 +350,22 @@ class FailureTest(unittest.TestCase):
         self.assertIn("L1_19_ReLU: ok", log)
         self.assertTrue(os.path.exists(os.path.join(self.tmp.name, "L1_19_ReLU.json")))
 
+    def test_scalars_symbol_arguments_and_tuple_outputs(self):
+        problem = os.path.join(PROBLEMS, "other", "pool_scalar_args.py")
+        rc, log = run_importer([problem, "--out", self.tmp.name, "--device", "cpu", "--no-timing", "--seeds", "1"])
+        self.assertEqual(rc, 0, log)
+        with open(os.path.join(self.tmp.name, "pool_scalar_args.json")) as f:
+            t = json.load(f)
+        self.assertEqual(t["symbols"], ["batch", "channels", "size"])
+        self.assertEqual([(b["name"], b["shape"]) for b in t["inputs"]],
+                         [("x", ["batch", "channels", "size", "size"]), ("scale", ["channels", "1", "1"])])
+        self.assertEqual([(b["name"], b["shape"]) for b in t["outputs"]],
+                         [("out0", ["batch", "size"]), ("out1", ["batch", "(size - 1) / 2", "(size - 1) / 2"])])
+        self.assertEqual(t["scalars"], [{"name": "alpha", "type": "f64", "value": 0.5}])
+        self.assertIn("n = size", t["description"][0])
+        for shp in t["validation_shapes"]:
+            self.assertEqual(kb.eval_size_expr(t["outputs"][1]["shape"][1], shp), (shp["size"] - 3) // 2 + 1)
+
     def test_checksum_mismatch_detected(self):
         rc, log = run_importer([os.path.join(PROBLEMS, "level1", "19_ReLU.py"), "--out", self.tmp.name,
                                 "--device", "cpu", "--no-timing", "--seeds", "1"])

@@ -388,10 +388,10 @@ def single_candidates(sym, xs):
         b = v0 - a * x0
         yield lin_text([(sym, a)], b), (lambda x, a=a, b=b: a * x + b)
     for c in range(2, 9):
-        for b in range(-4 * c, 4 * c + 1):
-            if x0 + b < 0:
-                continue
-            d = v0 - _tdiv(x0 + b, c)
+        # The simplest first: the smallest |b| + |d|.
+        forms = [(b, v0 - _tdiv(x0 + b, c)) for b in range(-4 * c, 4 * c + 1) if x0 + b >= 0]
+        forms.sort(key=lambda bd: (abs(bd[0]) + abs(bd[1]), -bd[0]))
+        for b, d in forms:
             num = lin_text([(sym, 1)], b)
             text = ("(%s) / %d" % (num, c)) if b else "%s / %d" % (sym, c)
             if d:
