@@ -303,12 +303,15 @@ class ImportTest(unittest.TestCase):
                 {k: v.to(dtypes[k]) for k, v in outabs.items() if v.is_floating_point()})
 
 
-class FailureTest(unittest.TestCase):
+class TempDirTest(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory(prefix="kbimport-fail-")
+        self.tmp = tempfile.TemporaryDirectory(prefix="kbimport-")
 
     def tearDown(self):
         self.tmp.cleanup()
+
+
+class FailureTest(TempDirTest):
 
     def expect_failure(self, problem, reason, extra=()):
         rc, log = run_importer([problem, "--out", self.tmp.name, "--device", "cpu", "--no-timing", "--seeds", "1"]
@@ -350,6 +353,23 @@ class FailureTest(unittest.TestCase):
         self.assertIn("L1_19_ReLU: ok", log)
         self.assertTrue(os.path.exists(os.path.join(self.tmp.name, "L1_19_ReLU.json")))
 
+    def test_checksum_mismatch_detected(self):
+        rc, log = run_importer([os.path.join(PROBLEMS, "level1", "19_ReLU.py"), "--out", self.tmp.name,
+                                "--device", "cpu", "--no-timing", "--seeds", "1"])
+        self.assertEqual(rc, 0, log)
+        path = os.path.join(self.tmp.name, "L1_19_ReLU.specref")
+        h = specref.read_header(path)
+        e = h["cases"][0]["outputs"]["out"]
+        with open(path, "r+b") as f:
+            f.seek(e["offset"] + 5)
+            byte = f.read(1)
+            f.seek(e["offset"] + 5)
+            f.write(bytes([byte[0] ^ 1]))
+        with self.assertRaisesRegex(specref.SpecrefError, "checksum"):
+            specref.read_blob(path, e, "f32", [16, 16384])
+
+
+class OtherProblemsTest(TempDirTest):
     def test_scalars_symbol_arguments_and_tuple_outputs(self):
         problem = os.path.join(PROBLEMS, "other", "pool_scalar_args.py")
         rc, log = run_importer([problem, "--out", self.tmp.name, "--device", "cpu", "--no-timing", "--seeds", "1"])
@@ -366,20 +386,24 @@ class FailureTest(unittest.TestCase):
         for shp in t["validation_shapes"]:
             self.assertEqual(kb.eval_size_expr(t["outputs"][1]["shape"][1], shp), (shp["size"] - 3) // 2 + 1)
 
-    def test_checksum_mismatch_detected(self):
-        rc, log = run_importer([os.path.join(PROBLEMS, "level1", "19_ReLU.py"), "--out", self.tmp.name,
-                                "--device", "cpu", "--no-timing", "--seeds", "1"])
+    def test_eager_failure_widens_tolerance(self):
+        # float32 sin(x * 10000) is far from the float64 reference, worst with the "large" inputs.
+        problem = os.path.join(PROBLEMS, "other", "sin_large.py")
+        summary = os.path.join(self.tmp.name, "summary.json")
+        rc, log = run_importer([problem, "--out", self.tmp.name, "--device", "cpu", "--no-timing", "--seeds", "1",
+                                "--json-summary", summary])
         self.assertEqual(rc, 0, log)
-        path = os.path.join(self.tmp.name, "L1_19_ReLU.specref")
-        h = specref.read_header(path)
-        e = h["cases"][0]["outputs"]["out"]
-        with open(path, "r+b") as f:
-            f.seek(e["offset"] + 5)
-            byte = f.read(1)
-            f.seek(e["offset"] + 5)
-            f.write(bytes([byte[0] ^ 1]))
-        with self.assertRaisesRegex(specref.SpecrefError, "checksum"):
-            specref.read_blob(path, e, "f32", [16, 16384])
+        with open(os.path.join(self.tmp.name, "sin_large.json")) as f:
+            tol = json.load(f)["outputs"][0]["tolerance"]
+        self.assertGreater(tol["abs"], 1e-5)
+        self.assertGreater(tol["rel"], 1e-5)
+        self.assertEqual(float("%.0e" % tol["abs"]), tol["abs"])  # one significant digit
+        self.assertEqual(tol["terms"], 16)
+        h = specref.read_header(os.path.join(self.tmp.name, "sin_large.specref"))
+        self.assertIn("widened", h["producer"]["tolerance_widened"][0])
+        with open(summary) as f:
+            notes = json.load(f)["problems"][0]["notes"]
+        self.assertTrue(any("widened to abs" in n for n in notes), notes)
 
 
 if __name__ == "__main__":
