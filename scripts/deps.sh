@@ -5,8 +5,9 @@
 # Debian package names of everything the build and the tests need.
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcurl4-openssl-dev pkg-config libcli11-dev
   libxxhash-dev)
-# Only the tests: the browser the report's page is rendered in (its test skips without it).
-test_packages=(chromium)
+# Only the tests: the browser the report's page is rendered in and PyTorch for the KernelBench
+# importer's test (each test skips without its package).
+test_packages=(chromium python3-torch)
 
 # install_packages [extra package...]: installs the missing ones of packages and the extras.
 install_packages() {
