@@ -16,6 +16,8 @@
 #include <specgen/gpu/evaluation.hpp>
 #endif
 
+#include "corpus_support.hpp"
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -23,10 +25,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +34,7 @@
 namespace fs = std::filesystem;
 namespace gpu = specgen::gpu;
 using specgen::verdict_kind;
+using namespace specgen_test;
 
 namespace {
 
@@ -49,88 +50,25 @@ const std::vector<std::string> attack_groups{
     "caching",       "escape_timed_region", "impossible_speedup", "guard", "race", "crash",
     "plan",          "nan",         "uninit_shared", "stated_inputs", "must_pass"};
 
-struct entry {
-  fs::path file{};
-  std::string name{};
-  std::string task_file{};
+/// A corpus entry: the common keys, its attack group and an optional known gap.
+struct entry : corpus_entry {
   std::string attack{};
-  std::string source{};
-  std::string plan{};
-  std::vector<verdict_kind> expect{};
-  std::string why{};
   std::string known_gap{};  ///< non-empty: a documented hole the evaluator does not close yet
 };
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + p.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// A string, or an array of lines each followed by a newline (the task format's rule).
-std::string text_or_lines(const nlohmann::json& j, const std::string& what) {
-  if (j.is_string()) return j.get<std::string>();
-  if (!j.is_array()) throw std::runtime_error(what + ": expected a string or an array of lines");
-  std::string out;
-  for (const auto& line : j) {
-    if (!line.is_string()) throw std::runtime_error(what + ": every line must be a string");
-    out += line.get<std::string>();
-    out += '\n';
-  }
-  return out;
-}
-
 entry parse_entry(const fs::path& file) {
-  const auto j = nlohmann::json::parse(read_text(file), nullptr, true, /*ignore_comments=*/true);
-  const std::string where = file.filename().string();
-  if (!j.is_object()) throw std::runtime_error(where + ": not a JSON object");
-  static const std::set<std::string> allowed{"name", "task",   "attack", "source", "source_file",
-                                             "plan", "expect", "why",    "known_gap"};
-  for (const auto& [k, v] : j.items())
-    if (!allowed.contains(k)) throw std::runtime_error(where + ": unknown key '" + k + "'");
-  for (const char* k : {"name", "task", "attack", "plan", "expect", "why"})
-    if (!j.contains(k)) throw std::runtime_error(where + ": missing key '" + k + "'");
   entry e;
-  e.file = file;
-  e.name = j.at("name").get<std::string>();
-  if (e.name + ".json" != file.filename().string())
-    throw std::runtime_error(where + ": the file must be named after the entry ('" + e.name + ".json')");
-  e.task_file = j.at("task").get<std::string>();
-  e.attack = j.at("attack").get<std::string>();
+  static_cast<corpus_entry&>(e) = parse_corpus_entry(file, {"attack"}, {"known_gap"});
+  e.attack = e.json.at("attack").get<std::string>();
   if (std::find(attack_groups.begin(), attack_groups.end(), e.attack) == attack_groups.end())
-    throw std::runtime_error(where + ": unknown attack group '" + e.attack + "'");
-  if (j.contains("source") == j.contains("source_file"))
-    throw std::runtime_error(where + ": exactly one of 'source' and 'source_file'");
-  e.source = j.contains("source") ? text_or_lines(j.at("source"), where + ": source")
-                                  : read_text(corpus_dir / j.at("source_file").get<std::string>());
-  e.plan = text_or_lines(j.at("plan"), where + ": plan");
-  const auto& ex = j.at("expect");
-  std::vector<std::string> kinds;
-  if (ex.is_string()) kinds.push_back(ex.get<std::string>());
-  else kinds = ex.get<std::vector<std::string>>();
-  if (kinds.empty()) throw std::runtime_error(where + ": 'expect' is empty");
-  for (const auto& k : kinds) {
-    auto v = specgen::parse_verdict(k);
-    if (!v) throw std::runtime_error(where + ": unknown verdict '" + k + "'");
-    e.expect.push_back(*v);
-  }
-  const bool has_ok = std::find(e.expect.begin(), e.expect.end(), verdict_kind::ok) != e.expect.end();
-  if (has_ok && e.expect.size() != 1)
-    throw std::runtime_error(where + ": 'ok' may not be one of several acceptable verdicts");
-  e.why = j.at("why").get<std::string>();
-  if (j.contains("known_gap")) e.known_gap = j.at("known_gap").get<std::string>();
+    throw std::runtime_error(file.filename().string() + ": unknown attack group '" + e.attack + "'");
+  if (e.json.contains("known_gap")) e.known_gap = e.json.at("known_gap").get<std::string>();
   return e;
 }
 
 std::vector<entry> load_corpus() {
-  std::vector<fs::path> files;
-  for (const auto& f : fs::directory_iterator(corpus_dir))
-    if (f.is_regular_file() && f.path().extension() == ".json") files.push_back(f.path());
-  std::sort(files.begin(), files.end());
   std::vector<entry> out;
-  for (const auto& f : files) out.push_back(parse_entry(f));
+  for (const auto& f : json_files(corpus_dir)) out.push_back(parse_entry(f));
   return out;
 }
 
@@ -148,48 +86,6 @@ const std::map<std::string, specgen::task>& tasks() {
   return all;
 }
 
-bool expects(const entry& e, verdict_kind v) {
-  return std::find(e.expect.begin(), e.expect.end(), v) != e.expect.end();
-}
-
-std::string expect_text(const entry& e) {
-  std::string s;
-  for (auto v : e.expect) s += (s.empty() ? "" : "|") + std::string(to_string(v));
-  return s;
-}
-
-std::vector<specgen::shape_binding> all_shapes(const specgen::task& t) {
-  auto shapes = t.validation_shapes;
-  shapes.push_back(t.benchmark_shape);
-  return shapes;
-}
-
-enum class trust { task_plan, candidate };
-
-/// Why the plan cannot run against `kernels` on an H200 at some shape of the task, or "".
-std::string plan_problem(const specgen::task& t, const std::string& plan_text,
-                         const std::vector<gpu::kernel_resources>& kernels, trust who) {
-  auto plan = specgen::parse_plan(plan_text);
-  if (!plan) return plan.error().what();
-  if (who == trust::candidate)
-    if (auto refused = specgen::check_candidate_plan(*plan)) return refused->what();
-  for (const auto& k : specgen::kernel_names(*plan))
-    if (std::none_of(kernels.begin(), kernels.end(), [&](const auto& r) { return r.name == k; }))
-      return "the plan launches '" + k + "', which the compiled source does not define";
-  for (const auto& shape : all_shapes(t)) {
-    auto r = specgen::resolve(*plan, t, shape, specgen::device_limits{});
-    if (!r) return r.error().what();
-  }
-  return {};
-}
-
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
-/// "no GPU: <reason>", whether or not the reason already says so.
-std::string no_gpu_text(const std::string& message) {
-  return message.starts_with("no GPU") ? message : "no GPU: " + message;
-}
-
 }  // namespace
 
 TEST_CASE("every GPU test task loads and every corpus entry parses") {
@@ -205,7 +101,7 @@ TEST_CASE("every GPU test task loads and every corpus entry parses") {
   for (const auto& e : corpus) {
     INFO(e.file.string());
     CHECK(names.insert(e.name).second);
-    CHECK(all.contains(e.task_file));
+    CHECK(all.contains(e.task));
     CHECK_FALSE(e.why.empty());
     CHECK_FALSE(e.plan.empty());
     // Only kernels meant to be correct may expect ok, and caching attacks: the
@@ -255,7 +151,7 @@ TEST_CASE("NVRTC compiles exactly the corpus kernels that should compile, and th
     int wrong = 0;
     for (const auto& e : corpus) {
       INFO(e.name);
-      const auto& t = all.at(e.task_file);
+      const auto& t = all.at(e.task);
       auto r = nvrtc.compile(e.source, {.arch = "sm_90a", .options = t.compile_options});
       std::string compile_text, detail;
       bool as_expected = true;
@@ -348,7 +244,7 @@ TEST_CASE("on a GPU, every corpus entry gets its expected verdict through one de
   fmt::print("{:<8} {:<36} {:<28} {:<14} {}\n", "path", "entry", "expected", "got", "summary");
   specgen::candidate_id id = 1;
   for (const auto& e : corpus) {
-    const auto& task = all.at(e.task_file);
+    const auto& task = all.at(e.task);
     const auto ev = (*session)->evaluate(task, to_candidate(e, task, id++));
     t.record(e, ev, "session");
   }
@@ -362,7 +258,7 @@ TEST_CASE("on a GPU, the whole corpus through evaluate_batch gets the same verdi
   const auto corpus = load_corpus();
   const auto& all = tasks();
   std::map<std::string, std::vector<const entry*>> by_task;
-  for (const auto& e : corpus) by_task[e.task_file].push_back(&e);
+  for (const auto& e : corpus) by_task[e.task].push_back(&e);
 
   gpu::pool_config pool{.devices = {}, .session = test_session_config()};
   tally t;
