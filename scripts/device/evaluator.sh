@@ -63,7 +63,7 @@ for step in "$@"; do
         --out /tmp/kb-tasks --device cuda --json-summary "$kb/import.json" > "$kb/import.log" 2>&1
       r=$?; ((rc == 0)) && rc=$r
       echo "import rc=$r"; tail -12 "$kb/import.log"
-      cp /tmp/kb-tasks/*.json "$kb/" 2>/dev/null
+      tar -czf "$kb/tasks.tgz" -C /tmp/kb-tasks $(cd /tmp/kb-tasks && ls *.json) 2>/dev/null
       (cd "$build/tests/kernelbench" && SPECGEN_KB_TASKS=/tmp/kb-tasks SPECGEN_KB_RESULTS="$kb/judge.json" \
         timeout 400 ./gpu_kernelbench_test > "$kb/judge.log" 2>&1)
       r=$?; ((rc == 0)) && rc=$r
@@ -73,12 +73,14 @@ for step in "$@"; do
       # KernelBench's own level-1 and level-2 problems, when a copy lies in .debs/kernelbench_public
       # (never committed): each must import or fail with a reason. No timing; 4 at a time.
       export SPECGEN_XXHASH_LIB="$prefix/usr/lib/x86_64-linux-gnu/libxxhash.so.0"
-      kb="$out/kernelbench-public"
+      kb=/tmp/kb-public-out
+      rm -rf "$kb" /tmp/kb-public
       mkdir -p "$kb"
       ls "$repo"/.debs/kernelbench_public/level[12]/*.py 2>/dev/null | \
-        xargs -P 4 -I{} sh -c 'n=$(basename "$(dirname "{}")")_$(basename "{}" .py); timeout 120 python3 "$0" "{}" --out /tmp/kb-public --device cuda --no-timing --seeds 2 --max-store-mb 1024 --json-summary "$1/$n.json" > "$1/$n.log" 2>&1; echo "$n rc=$?" >> "$1/rc.txt"' \
+        xargs -P 8 -I{} sh -c 'n=$(basename "$(dirname "{}")")_$(basename "{}" .py); timeout 90 python3 "$0" "{}" --out /tmp/kb-public --device cuda --no-timing --seeds 2 --max-store-mb 1024 --json-summary "$1/$n.json" > "$1/$n.log" 2>&1; echo "$n rc=$?" >> "$1/rc.txt"' \
         "$repo/tools/kernelbench/import_kernelbench.py" "$kb"
-      echo "problems: $(wc -l < "$kb/rc.txt" 2>/dev/null)"; sort "$kb/rc.txt" | awk '{print $2}' | sort | uniq -c
+      echo "problems: $(wc -l < "$kb/rc.txt" 2>/dev/null)"; awk '{print $2}' "$kb/rc.txt" | sort | uniq -c
+      tar -czf "$out/kernelbench-public.tgz" -C "$kb" .
       ;;
     smemfault)
       OUT=$out "$repo/scripts/device/smem_race_fault/run.sh"
