@@ -77,7 +77,7 @@ for step in "$@"; do
       rm -rf "$kb" /tmp/kb-public
       mkdir -p "$kb"
       ls "$repo"/.debs/kernelbench_public/level[12]/*.py 2>/dev/null | \
-        timeout 330 xargs -P 8 -I{} sh -c 'n=$(basename "$(dirname "{}")")_$(basename "{}" .py); timeout 90 python3 "$0" "{}" --out /tmp/kb-public --device cuda --no-timing --seeds 2 --max-store-mb 1024 --json-summary "$1/$n.json" > "$1/$n.log" 2>&1; echo "$n rc=$?" >> "$1/rc.txt"' \
+        timeout 330 xargs -P 8 -I{} sh -c 'n=$(basename "$(dirname "{}")")_$(basename "{}" .py); timeout 90 python3 "$0" "{}" --out /tmp/kb-public/$n --device cuda --no-timing --seeds 2 --max-store-mb 1024 --json-summary "$1/$n.json" > "$1/$n.log" 2>&1; echo "$n rc=$?" >> "$1/rc.txt"; du -sb /tmp/kb-public/$n >> "$1/sizes.txt" 2>/dev/null; rm -rf /tmp/kb-public/$n' \
         "$repo/tools/kernelbench/import_kernelbench.py" "$kb"
       echo "problems: $(wc -l < "$kb/rc.txt" 2>/dev/null)"; awk '{print $2}' "$kb/rc.txt" | sort | uniq -c
       tar -czf "$out/kernelbench-public.tgz" -C "$kb" .
