@@ -73,11 +73,13 @@ for step in "$@"; do
       # KernelBench's own level-1 and level-2 problems, when a copy lies in .debs/kernelbench_public
       # (never committed): each must import or fail with a reason. No timing; 4 at a time.
       export SPECGEN_XXHASH_LIB="$prefix/usr/lib/x86_64-linux-gnu/libxxhash.so.0"
+      [[ -e $SPECGEN_XXHASH_LIB ]] || dpkg -x "$repo"/.debs/libxxhash0_*.deb "$prefix"  # without the build step
       kb=/tmp/kb-public-out
       rm -rf "$kb" /tmp/kb-public
       mkdir -p "$kb"
-      ls "$repo"/.debs/kernelbench_public/level[12]/*.py 2>/dev/null | \
-        timeout 330 xargs -P 8 -I{} sh -c 'n=$(basename "$(dirname "{}")")_$(basename "{}" .py); timeout 90 python3 "$0" "{}" --out /tmp/kb-public/$n --device cuda --no-timing --seeds 2 --max-store-mb 1024 --json-summary "$1/$n.json" > "$1/$n.log" 2>&1; echo "$n rc=$?" >> "$1/rc.txt"; du -sb /tmp/kb-public/$n >> "$1/sizes.txt" 2>/dev/null; rm -rf /tmp/kb-public/$n' \
+      # The bundled test problems first (a check of the importer on this PyTorch), then KernelBench's.
+      ls "$repo"/tests/kernelbench/problems/level*/*.py "$repo"/.debs/kernelbench_public/level[12]/*.py 2>/dev/null | \
+        timeout 330 xargs -P 4 -I{} sh -c 'n=$(basename "$(dirname "{}")")_$(basename "{}" .py); timeout 90 python3 "$0" "{}" --out /tmp/kb-public/$n --device cuda --no-timing --seeds 2 --max-store-mb 1024 --json-summary "$1/$n.json" > "$1/$n.log" 2>&1; echo "$n rc=$?" >> "$1/rc.txt"; du -sb /tmp/kb-public/$n >> "$1/sizes.txt" 2>/dev/null; rm -rf /tmp/kb-public/$n' \
         "$repo/tools/kernelbench/import_kernelbench.py" "$kb"
       echo "problems: $(wc -l < "$kb/rc.txt" 2>/dev/null)"; awk '{print $2}' "$kb/rc.txt" | sort | uniq -c
       tar -czf "$out/kernelbench-public.tgz" -C "$kb" .

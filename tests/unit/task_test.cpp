@@ -263,7 +263,7 @@ TEST_CASE("the reference plan must parse, name kernels of the source and resolve
   CHECK(fails(j).message == "at shape M=1,N=1: line 1: grid.x: 'N - 1' = 0; it must be at least 1");
 }
 
-TEST_CASE("an implementation is source with a plan, or a host callback, never both") {
+TEST_CASE("an implementation is one kind: source with a plan, a host callback, stored outputs or a recorded time") {
   json j = minimal();
   j["baseline"] = {{"host", "cublas_sgemm"}};
   auto t = parse_task(j, "t.json");
@@ -271,13 +271,17 @@ TEST_CASE("an implementation is source with a plan, or a host callback, never bo
   CHECK(t->baseline.is_host());
   CHECK(t->baseline.host == "cublas_sgemm");
   j["baseline"]["plan"] = "launch scale grid(1) block(1)";
-  CHECK(fails(j).what() == "t.json: /baseline: give either 'host' or 'source' with 'plan', not both");
+  CHECK(fails(j).what() == "t.json: /baseline: give one of 'host', 'source' with 'plan', 'stored' (a reference) or "
+                           "'recorded' (a baseline), not several");
   j = minimal();
   j["reference"].erase("plan");
   CHECK(fails(j).what() == "t.json: /reference/plan: the source needs a launch plan: give 'plan'");
   j = minimal();
   j["reference"] = json::object();
-  CHECK(fails(j).message == "give 'source' (or 'source_file') with 'plan', or 'host'");
+  CHECK(fails(j).message == "give 'source' (or 'source_file') with 'plan', 'host', or 'stored'");
+  j = minimal();
+  j["baseline"] = json::object();
+  CHECK(fails(j).what() == "t.json: /baseline: give 'source' (or 'source_file') with 'plan', 'host', or 'recorded'");
 }
 
 TEST_CASE("source and plan may be written as arrays of lines") {

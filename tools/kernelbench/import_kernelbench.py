@@ -303,10 +303,36 @@ def run_forward(model, args, device):
         return model(*args)
 
 
+def meta_probe(problem, shape):
+    """The probe without memory: the module and its inputs built on the meta device (PyTorch
+    2.x's default-device context), so that a problem whose inputs take gigabytes at its
+    benchmark shape is sized, and refused by --max-store-mb, before any buffer exists. None
+    where PyTorch has no such context or the problem does not build or run there."""
+    if not hasattr(torch.device("meta"), "__enter__"):
+        return None
+    try:
+        with torch.device("meta"):
+            model, args = problem.instantiate(shape, 1)
+            names = forward_names(model, len(args))
+            tensors = [(n, t.dtype, tuple(t.shape)) for n, t in module_tensors(model)]
+            outs = as_outputs(run_forward(model, args, "meta"))
+        if not all(x.device.type == "meta" for x in args if isinstance(x, torch.Tensor)):
+            return None  # built on another device explicitly: probe it the ordinary way
+        outputs = [(n, o.dtype, tuple(o.shape)) for n, o in outs]
+    except ImportFailure:
+        raise
+    except Exception:
+        return None
+    return Probe(list(zip(names, args)), names, tensors, outputs)
+
+
 def probe(problem, shape, device):
     """Runs the module once at a shape to learn its shapes and native dtypes: on the meta device
     (no arithmetic) where the module's operations support it, else natively on the device, else
     in float64 on the CPU with outputs taken to have the inputs' float dtype."""
+    found = meta_probe(problem, shape)
+    if found is not None:
+        return found
     model, args = problem.instantiate(shape, 1)
     names = forward_names(model, len(args))
     tensors = [(n, t.dtype, tuple(t.shape)) for n, t in module_tensors(model)]
