@@ -1,5 +1,6 @@
 // Helpers shared by the GPU tests that judge a corpus of candidate kernels
-// (tests/gpu/adversarial_test.cpp, tests/kernelbench/gpu_kernelbench_test.cpp):
+// (tests/gpu/adversarial_test.cpp, tests/kernelbench/gpu_kernelbench_test.cpp,
+// tests/suite/suite_test.cpp):
 // reading corpus entries, checking their plans against compiled kernels, and
 // the "no GPU" message. Header-only; each test includes it once.
 #pragma once
@@ -28,6 +29,21 @@ inline std::string read_text(const std::filesystem::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+/// An entry's "expect": a verdict kind or a non-empty list of them.
+inline std::vector<specgen::verdict_kind> read_expect(const nlohmann::json& ex, const std::string& where) {
+  std::vector<std::string> kinds;
+  if (ex.is_string()) kinds.push_back(ex.get<std::string>());
+  else kinds = ex.get<std::vector<std::string>>();
+  if (kinds.empty()) throw std::runtime_error(where + ": 'expect' is empty");
+  std::vector<specgen::verdict_kind> out;
+  for (const auto& k : kinds) {
+    auto v = specgen::parse_verdict(k);
+    if (!v) throw std::runtime_error(where + ": unknown verdict '" + k + "'");
+    out.push_back(*v);
+  }
+  return out;
 }
 
 /// A string, or an array of lines each followed by a newline (the task format's rule).
@@ -85,16 +101,7 @@ inline corpus_entry parse_corpus_entry(const std::filesystem::path& file, const 
   e.source = j.contains("source") ? text_or_lines(j.at("source"), where + ": source")
                                   : read_text(file.parent_path() / j.at("source_file").get<std::string>());
   e.plan = text_or_lines(j.at("plan"), where + ": plan");
-  const auto& ex = j.at("expect");
-  std::vector<std::string> kinds;
-  if (ex.is_string()) kinds.push_back(ex.get<std::string>());
-  else kinds = ex.get<std::vector<std::string>>();
-  if (kinds.empty()) throw std::runtime_error(where + ": 'expect' is empty");
-  for (const auto& k : kinds) {
-    auto v = specgen::parse_verdict(k);
-    if (!v) throw std::runtime_error(where + ": unknown verdict '" + k + "'");
-    e.expect.push_back(*v);
-  }
+  e.expect = read_expect(j.at("expect"), where);
   const bool has_ok =
       std::find(e.expect.begin(), e.expect.end(), specgen::verdict_kind::ok) != e.expect.end();
   if (has_ok && e.expect.size() != 1)

@@ -18,6 +18,8 @@
 #include <specgen/gpu/evaluation.hpp>
 #endif
 
+#include "corpus_support.hpp"
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -39,6 +41,9 @@
 namespace fs = std::filesystem;
 namespace gpu = specgen::gpu;
 using specgen::verdict_kind;
+using specgen_test::read_expect;
+using specgen_test::read_text;
+using specgen_test::text_or_lines;
 
 namespace {
 
@@ -79,26 +84,6 @@ struct entry {
   }
 };
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + p.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string text_or_lines(const nlohmann::json& j, const std::string& what) {
-  if (j.is_string()) return j.get<std::string>();
-  if (!j.is_array()) throw std::runtime_error(what + ": expected a string or an array of lines");
-  std::string out;
-  for (const auto& line : j) {
-    if (!line.is_string()) throw std::runtime_error(what + ": every line must be a string");
-    out += line.get<std::string>();
-    out += '\n';
-  }
-  return out;
-}
-
 entry parse_entry(const fs::path& file) {
   const auto j = nlohmann::json::parse(read_text(file), nullptr, true, /*ignore_comments=*/true);
   const std::string where = file.parent_path().filename().string() + "/" + file.filename().string();
@@ -118,16 +103,7 @@ entry parse_entry(const fs::path& file) {
     throw std::runtime_error(where + ": 'task' must name the directory's task");
   e.source = read_text(file.parent_path() / j.at("source_file").get<std::string>());
   e.plan = text_or_lines(j.at("plan"), where + ": plan");
-  const auto& ex = j.at("expect");
-  std::vector<std::string> kinds;
-  if (ex.is_string()) kinds.push_back(ex.get<std::string>());
-  else kinds = ex.get<std::vector<std::string>>();
-  if (kinds.empty()) throw std::runtime_error(where + ": 'expect' is empty");
-  for (const auto& k : kinds) {
-    auto v = specgen::parse_verdict(k);
-    if (!v) throw std::runtime_error(where + ": unknown verdict '" + k + "'");
-    e.expect.push_back(*v);
-  }
+  e.expect = read_expect(j.at("expect"), where);
   if (e.expects(verdict_kind::ok) && e.expect.size() != 1)
     throw std::runtime_error(where + ": 'ok' may not be one of several acceptable verdicts");
   // A list: the ways one wrong kernel may show, e.g. a race as ["wrong_result", "unstable"], an
