@@ -345,6 +345,26 @@ class FailureTest(TempDirTest):
         self.assertRegex(line, r"would take [0-9.]+ MB \([0-9]+ bytes\)")
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "L1_19_ReLU.specref")))
 
+    def test_set_replaces_size_constants(self):
+        relu = os.path.join(PROBLEMS, "level1", "19_ReLU.py")
+        rc, log = run_importer([relu, "--out", self.tmp.name, "--device", "cpu", "--no-timing", "--seeds", "1",
+                                "--set", "dim=1000", "--set", "batch_size=3"])
+        self.assertEqual(rc, 0, log)
+        with open(os.path.join(self.tmp.name, "L1_19_ReLU.json")) as f:
+            t = json.load(f)
+        self.assertEqual(t["benchmark_shape"], {"batch_size": 3, "dim": 1000})
+        self.assertIn({"batch_size": 3, "dim": 1000}, t["validation_shapes"])
+        self.assertTrue(all(v["dim"] <= 1000 for v in t["validation_shapes"]), t["validation_shapes"])
+        self.assertIn("batch_size = 3 (the file: 16), dim = 1000 (the file: 16384)", t["description"][0])
+        x = [c for c in specref.read_header(os.path.join(self.tmp.name, "L1_19_ReLU.specref"))["cases"]
+             if c["shape"] == {"batch_size": 3, "dim": 1000}][0]["inputs"]["x"]
+        self.assertEqual(x["bytes"], 3 * 1000 * 4)
+        self.expect_failure(relu, "--set dimm: the problem has no int constant 'dimm' (its int constants: batch_size, dim)",
+                            ["--set", "dimm=5"])
+        rc, log = run_importer([relu, "--out", self.tmp.name, "--set", "dim=0"])
+        self.assertEqual(rc, 2, log)
+        self.assertIn("--set dim=0: give NAME=VALUE with VALUE an integer >= 1", log)
+
     def test_others_go_on(self):
         rc, log = run_importer([os.path.join(PROBLEMS, "unsupported", "bool_mask.py"),
                                 os.path.join(PROBLEMS, "level1", "19_ReLU.py"),

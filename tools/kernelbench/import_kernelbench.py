@@ -164,8 +164,9 @@ def eval_size_expr(text, binding):
 # Loading a problem and running it at other sizes.
 
 class Problem:
-    def __init__(self, path):
+    def __init__(self, path, sets=None):
         self.path = path
+        self.sets = dict(sets or {})  # --set NAME=VALUE: size constants replaced from the start
         stem = os.path.splitext(os.path.basename(path))[0]
         parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
         m = re.fullmatch(r"level(\d+)", parent)
@@ -187,6 +188,12 @@ class Problem:
             raise ImportFailure("syntax error in the problem file, line %s: %s" % (e.lineno, e.msg))
         self.statements = [compile(ast.Module(body=[stmt], type_ignores=[]), path, "exec") for stmt in tree.body]
         self._namespaces = {}
+        own = self.namespace({}, with_sets=False)
+        self.file_constants = {k: v for k, v in own.items() if not k.startswith("_") and type(v) is int}
+        for k in self.sets:
+            if k not in self.file_constants:
+                raise ImportFailure("--set %s: the problem has no int constant '%s' (its int constants: %s)"
+                                    % (k, k, ", ".join(sorted(self.file_constants)) or "none"))
         ns = self.namespace({})
         for needed in ("Model", "get_inputs", "get_init_inputs"):
             if not callable(ns.get(needed)):
@@ -195,11 +202,13 @@ class Problem:
         self.constants = {k: v for k, v in ns.items()
                           if not k.startswith("_") and type(v) is int}
 
-    def namespace(self, overrides):
-        """The problem module executed with some size constants replaced. Each top-level statement
-        runs in turn and a replaced constant is set again after every statement, so constants
-        derived from it (`bias_shape = (out_channels, 1, 1)`) follow it."""
-        key = tuple(sorted(overrides.items()))
+    def namespace(self, overrides, with_sets=True):
+        """The problem module executed with some size constants replaced (over the --set ones).
+        Each top-level statement runs in turn and a replaced constant is set again after every
+        statement, so constants derived from it (`bias_shape = (out_channels, 1, 1)`) follow it."""
+        if with_sets:
+            overrides = {**self.sets, **overrides}
+        key = (with_sets,) + tuple(sorted(overrides.items()))
         if key in self._namespaces:
             return self._namespaces[key]
         ns = {"__name__": "kernelbench_problem_" + re.sub(r"\W", "_", self.name), "__file__": self.path,
@@ -665,7 +674,7 @@ class Importer:
         notes = []
         summary = {"problem": path, "name": None, "ok": False}
         try:
-            problem = Problem(path)
+            problem = Problem(path, self.args.set)
             summary["name"] = problem.name
             self.run(problem, summary, notes)
             summary["ok"] = True
@@ -1095,6 +1104,10 @@ def describe(problem, symbols, inputs, outputs, scalars, bound_args, base):
     if scalars:
         sentence += " Forward arguments passed as scalars: %s." % ", ".join(
             "%s (%s %r)" % (s["name"], s["type"], s["value"]) for s in scalars)
+    if problem.sets:
+        sentence += (" The benchmark sizes differ from the file's: %s."
+                     % ", ".join("%s = %d (the file: %d)" % (k, v, problem.file_constants[k])
+                                 for k, v in sorted(problem.sets.items())))
     lines = [sentence, "", "```python"] + problem.source.rstrip("\n").split("\n") + ["```"]
     return lines
 
@@ -1240,7 +1253,17 @@ def main(argv=None):
     ap.add_argument("--max-store-mb", type=float, default=2048.0, help="largest store per problem, MB (default 2048)")
     ap.add_argument("--no-timing", action="store_true", help="record no baseline time")
     ap.add_argument("--json-summary", metavar="FILE", help="write a summary of every problem as JSON")
+    ap.add_argument("--set", metavar="NAME=VALUE", action="append", default=[],
+                    help="replace a size constant of the problems (an int >= 1), e.g. --set dim=65536; repeatable")
     args = ap.parse_args(argv)
+    sets = {}
+    for item in args.set:
+        name, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or not re.fullmatch(r"[0-9]+", value) \
+                or int(value) < 1:
+            ap.error("--set %s: give NAME=VALUE with VALUE an integer >= 1" % item)
+        sets[name] = int(value)
+    args.set = sets
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
     if args.device == "cuda" and not torch.cuda.is_available():
