@@ -600,15 +600,48 @@ def infer(problem, device, log):
                                        "; ".join(fmt_shape(b, variable) for b, _ in pts)))
             out.append(text)
         exprs[name] = out
-    # Validation shapes: two joint variants (the smaller first) with every dimension >= 1.
+    # Validation shapes: two joint variants (the smaller first) with every dimension >= 1 on
+    # which the module really runs (a meta-device probe does not check everything an operator
+    # does, e.g. an input smaller than a convolution's window).
     validation = []
     for label, shp, p in joint:
         if len(validation) == 2:
             break
         binding = {k: shp[k] for k in symbols}
-        if all(eval_size_expr(e, binding) >= 1 for es in exprs.values() for e in es):
-            validation.append(binding)
+        if not all(eval_size_expr(e, binding) >= 1 for es in exprs.values() for e in es):
+            continue
+        why = fails_for_real(problem, {k: shp[k] for k in variable}, device)
+        if why:
+            log.append("variant %s not used for validation: %s" % (label, why))
+            continue
+        validation.append(binding)
     return symbols, variable, fixed, exprs, base, validation
+
+
+def fails_for_real(problem, overrides, device):
+    """Why the module runs at these sizes neither natively nor in float64 (as the reference
+    does where the native dtypes cannot run, e.g. half precision on the CPU), or None."""
+    try:
+        model, args = problem.instantiate(overrides, 1)
+    except ImportFailure:
+        raise
+    except Exception as e:
+        return one_line(e)
+    errors = []
+    for how in ("native", "float64"):
+        try:
+            m = copy.deepcopy(model).to(device)
+            a = [x.to(device) if isinstance(x, torch.Tensor) else x for x in args]
+            if how == "float64":
+                m = m.double()
+                a = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in a]
+            run_forward(m, a, device)
+            return None
+        except ImportFailure:
+            raise
+        except Exception as e:
+            errors.append(one_line(e))
+    return "; ".join(dict.fromkeys(errors))
 
 
 def fmt_shape(b, names):
