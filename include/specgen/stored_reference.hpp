@@ -38,6 +38,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
@@ -321,8 +322,9 @@ class stored_reference {
   static stored_blob read_blob(const nlohmann::json& j) {
     using detail::json_read_error;
     if (!j.is_object()) throw json_read_error({}, detail::wrong_type_problem("an object {\"offset\", \"bytes\", \"xxh3\"}", j));
-    if (auto k = detail::unknown_key(j, {"offset", "bytes", "xxh3"}))
-      throw json_read_error("/" + detail::pointer_token(*k), "unknown key (known: offset, bytes, xxh3)");
+    const std::initializer_list<std::string_view> known{"offset", "bytes", "xxh3"};
+    if (auto k = detail::unknown_key(j, known))
+      throw json_read_error("/" + detail::pointer_token(*k), detail::unknown_key_problem(*k, known));
     stored_blob b;
     b.offset = detail::required_key<std::uint64_t>(j, "offset");
     b.bytes = detail::required_key<std::uint64_t>(j, "bytes");
@@ -336,9 +338,9 @@ class stored_reference {
   void read_header(const nlohmann::json& j) {
     using detail::json_read_error;
     if (!j.is_object()) throw json_read_error({}, detail::wrong_type_problem("an object", j));
-    if (auto k = detail::unknown_key(j, {"format", "version", "task", "producer", "cases"}))
-      throw json_read_error("/" + detail::pointer_token(*k),
-                            "unknown key (known: format, version, task, producer, cases)");
+    const std::initializer_list<std::string_view> known{"format", "version", "task", "producer", "cases"};
+    if (auto k = detail::unknown_key(j, known))
+      throw json_read_error("/" + detail::pointer_token(*k), detail::unknown_key_problem(*k, known));
     if (auto f = detail::required_key<std::string>(j, "format"); f != format_name)
       throw json_read_error("/format", fmt::format("is \"{}\", not \"{}\"", f, format_name));
     if (auto v = detail::required_key<int>(j, "version"); v != version)
@@ -351,9 +353,10 @@ class stored_reference {
       for (std::size_t i = 0; i < list.size(); ++i)
         detail::nested_in(i, [&] {
           const nlohmann::json& c = list[i];
-          if (auto k = detail::unknown_key(c, {"shape", "seed", "what", "inputs", "outputs", "terms"}))
-            throw json_read_error("/" + detail::pointer_token(*k),
-                                  "unknown key (known: shape, seed, what, inputs, outputs, terms)");
+          const std::initializer_list<std::string_view> case_keys{"shape",  "seed",    "what",
+                                                                             "inputs", "outputs", "terms"};
+          if (auto k = detail::unknown_key(c, case_keys))
+            throw json_read_error("/" + detail::pointer_token(*k), detail::unknown_key_problem(*k, case_keys));
           stored_case sc;
           sc.shape = detail::required_key<shape_binding>(c, "shape");
           detail::read_key(c, "seed", sc.seed);

@@ -41,7 +41,7 @@ DTYPE_NAMES = {
 }
 TORCH_DTYPES = {v: k for k, v in DTYPE_NAMES.items()}
 FLOAT_DTYPES = ("f16", "bf16", "f32", "f64")
-ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i32": 4, "i64": 8}
+ELEMENT_BYTES = {name: size for name, (_, size) in specref.DTYPES.items()}
 # specgen's default tolerances (include/specgen: default_tolerance).
 DEFAULT_TOLERANCE = {"f16": 1e-3, "bf16": 1e-2, "f32": 1e-5, "f64": 1e-10}
 DEFAULT_TERMS = 16

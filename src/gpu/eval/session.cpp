@@ -620,13 +620,22 @@ struct device_session::state {
       auto cases = stored_cases(t, shape);
       if (!cases) return unexpected(cases.error());
       job.recheck_inputs = cases->back();
-      for (const input_case* c : {&cases->front(), &cases->back()}) {
-        auto in = stored_buffers(t, *c->stored, stored_part::inputs);
-        if (!in) return unexpected(in.error());
-        (c == &cases->front() ? timed_inputs : recheck_inputs) = sent_inputs(t, **in, binary);
-      }
-      if (cases->size() < 2)
+      auto sent = [&](const input_case& c) -> expected<json, verdict> {
+        return stored_buffers(t, *c.stored, stored_part::inputs).transform([&](const auto& in) {
+          return sent_inputs(t, *in, binary);
+        });
+      };
+      auto timed = sent(cases->front());
+      if (!timed) return unexpected(timed.error());
+      timed_inputs = std::move(*timed);
+      if (cases->size() < 2) {
+        recheck_inputs = timed_inputs;  // the same bytes, sent once
         notes.push_back("the stored reference has one case at the benchmark shape: the recheck ran on the timed inputs");
+      } else {
+        auto again = sent(cases->back());
+        if (!again) return unexpected(again.error());
+        recheck_inputs = std::move(*again);
+      }
     } else {
       job.recheck_inputs = own_case(t, pc.recheck_seed);
     }

@@ -325,7 +325,7 @@ namespace {
 /// shape (N = 4096, seeds 1 and 2), three at N = 1000 and one at N = 1, each
 /// output the sum of the inputs, with terms (|a| + |b|) when `terms`; the
 /// baseline a recorded 0.3 ms on "NVIDIA H200".
-task stored_sum_task(const std::filesystem::path& file, bool terms) {
+task stored_sum_task(const std::filesystem::path& file, bool terms, int benchmark_cases = 2) {
   task t = sum_task();
   t.benchmark_shape = {{"N", 4096}};
   std::vector<stored_case_data> cases;
@@ -347,8 +347,7 @@ task stored_sum_task(const std::filesystem::path& file, bool terms) {
     if (terms) c.terms = {{"c", mag}};
     cases.push_back(std::move(c));
   };
-  add(4096, 1);
-  add(4096, 2);
+  for (int seed = 1; seed <= benchmark_cases; ++seed) add(4096, static_cast<std::uint64_t>(seed));
   for (std::uint64_t seed : {1, 2, 3}) add(1000, seed);
   add(1, 1);
   REQUIRE(stored_reference::write(file, t.name, cases));
@@ -396,6 +395,18 @@ TEST_CASE("a stored reference: its cases are the validation, its inputs are sent
   evaluation cached = s->profile(t, make_candidate("cache_add", 6));
   CHECK(cached.result.kind == verdict_kind::wrong_result);
   CHECK(contains(cached.result.summary, "the last timed run, on fresh inputs"));
+  std::filesystem::remove(file);
+}
+
+TEST_CASE("a stored reference with one case at the benchmark shape rechecks on the timed inputs, and says so") {
+  const auto file = stored_file("one");
+  auto s = open_session();
+  const task t = stored_sum_task(file, false, 1);
+  evaluation e = s->profile(t, make_candidate("good_add"));
+  INFO(e.result.summary << "\n" << e.result.log);
+  REQUIRE(e.result.kind == verdict_kind::ok);
+  CHECK(e.timing->speedup == Approx(3));
+  CHECK(contains(e.result.log, "one case at the benchmark shape: the recheck ran on the timed inputs"));
   std::filesystem::remove(file);
 }
 

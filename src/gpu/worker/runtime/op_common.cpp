@@ -443,6 +443,5 @@ expected<void, failure> load_inputs(io_set& io, const task& t, const nlohmann::j
   return {};
 }
 
-
 }  // namespace gpu::detail
 SPECGEN_END_NAMESPACE

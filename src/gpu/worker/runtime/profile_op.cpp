@@ -364,13 +364,15 @@ expected<json, failure> profile(worker_state& w, const request& r, reply_binary&
   phase("setup_modules");
   auto io = io_set::allocate(ctx, *t, *shape, args->guard, std::byte{0xA5}, std::nullopt);
   if (!io) return unexpected(io.error());
-  // The timed inputs: sent with the request (a stored reference's), else generated from the seed.
-  if (a.contains("inputs")) {
-    if (auto g = load_inputs(*io, *t, a["inputs"], binary); !g) return unexpected(g.error());
-  } else {
-    for (std::size_t i = 0; i < t->inputs.size(); ++i)
-      if (auto g = io->generate_input(i, t->inputs[i], args->seed, std::nullopt); !g) return unexpected(g.error());
-  }
+  // The inputs of the timed runs and of the re-check: listed in the request
+  // (a stored reference's, sent in the binary part), else each generated from a seed.
+  const auto inputs_of = [&](const char* key, std::uint64_t seed) {
+    if (a.contains(key)) return a[key];
+    json list = json::array();
+    for (const auto& spec : t->inputs) list.push_back({{"name", spec.name}, {"seed", seed}});
+    return list;
+  };
+  if (auto g = load_inputs(*io, *t, inputs_of("inputs", args->seed), binary); !g) return unexpected(g.error());
   phase("setup_io");
   const auto pointers = io->pointers();
   for (side* s : {&*candidate, baseline ? &*baseline : nullptr}) {
@@ -437,13 +439,8 @@ expected<json, failure> profile(worker_state& w, const request& r, reply_binary&
   phase("timed_check");
 
   // The re-check: inputs the kernel has not seen, fresh guards and poison.
-  if (a.contains("recheck_inputs")) {
-    if (auto g = load_inputs(*io, *t, a["recheck_inputs"], binary); !g) return unexpected(g.error());
-  } else {
-    for (std::size_t i = 0; i < t->inputs.size(); ++i)
-      if (auto g = io->generate_input(i, t->inputs[i], args->recheck_seed, std::nullopt); !g)
-        return unexpected(g.error());
-  }
+  if (auto g = load_inputs(*io, *t, inputs_of("recheck_inputs", args->recheck_seed), binary); !g)
+    return unexpected(g.error());
   if (auto g = io->fill_guards(); !g) return unexpected(g.error());
   if (auto s = io->settle(); !s) return unexpected(s.error());
   phase("recheck_inputs");
