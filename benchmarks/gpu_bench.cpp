@@ -807,10 +807,10 @@ int bench_e2e_live(const programs::options& a) {
 #endif
   replay::replay_params rp;  // the calibrated decode speed (docs/replay-model.md)
   rp.decode_tokens_per_s = a.number<double>("tokens-per-s", rp.decode_tokens_per_s, detail::in(1.0, 1e5));
-  // The decode slowdown per extra sequence (replay::contention_levels: the published band).
+  // The decode slowdown per extra sequence (contention_levels: the published band).
   const std::string level = a.get("contention", standin ? "middle" : "");
   if (!level.empty()) {
-    const auto slowdown = replay::parse_contention(level);
+    const auto slowdown = parse_contention(level);
     if (!slowdown || *slowdown > 1)
       throw std::invalid_argument(fmt::format("--contention {}: use low, middle, high or a number in [0, 1]", level));
     rp.slowdown_per_sequence = *slowdown;
@@ -902,7 +902,7 @@ int bench_e2e_live(const programs::options& a) {
     runs["virtual"][mode] = *v;
     if (standin)
       // The same comparison at each end of the published contention band, on the simulated clock.
-      for (const auto& [name, slowdown] : replay::contention_levels) {
+      for (const auto& [name, slowdown] : contention_levels) {
         auto bp = rp;
         bp.slowdown_per_sequence = slowdown;
         auto b = run_virtual(config(), bp, o);

@@ -12,6 +12,7 @@
 
 #include <specgen/extract.hpp>
 #include <specgen/modes.hpp>
+#include <specgen/contention.hpp>
 #include <specgen/results.hpp>
 #include <specgen/sim/profile_model.hpp>
 
@@ -47,7 +48,7 @@ void declare_e2e(programs::options& o) {
       .value("seed", "N", "run seed (default 1)")
       .value("seeds", "N",
              "run seeds (and procedural corpora) to average over, 1 to 100\n"
-             "(default 3 procedural, 1 loaded)")
+             "(default 3); each ratio is reported with its spread")
       .flag("no-equal-time", "skip the runs that give every mode sequential's time")
       .value("devices", "N", "simulated evaluation GPUs, 1 to 1024 (default 4)")
       .value("streams", "N", "backend stream limit, 1 to 65536 (default 64)")
@@ -57,9 +58,10 @@ void declare_e2e(programs::options& o) {
       .value("prefix-hit", "F",
              "fraction of a fork's prefix the server still caches, 0 to 1\n"
              "(limited memory budget; default 0.25)")
-      .value("decode-slowdown", "F",
-             "the replay model's decode slowdown per extra active\n"
-             "sequence, 0 to 1 (default 0.01: 64 sequences at ~60% speed)")
+      .value("contention", "LIST",
+             "decode contention levels to run at, each low|middle|high (the\n"
+             "band fitted to published serving measurements) or a slowdown per\n"
+             "extra sequence in [0, 1] (default low,middle,high)")
       .value("out", "FILE", "write the JSON results")
       .value("journal-dir", "DIR",
              "write every run's journal there (<mode>.jsonl, <mode>-equal-time.jsonl,\n"
@@ -104,8 +106,9 @@ void declare_gpu(programs::options& o) {
              "byte) is measured")
       .value("tokens-per-s", "R", "e2e-live: decode speed per stream (default 70)")
       .value("contention", "LEVEL",
-             "e2e-live: low|middle|high|A slowdown per extra sequence (0.01, 0.025,\n"
-             "0.04; default middle with --server standin, else the replay model's 0.01)")
+             "e2e-live: low|middle|high|A slowdown per extra sequence (the band\n"
+             "fitted to published serving measurements: 0.017, 0.028, 0.040;\n"
+             "default middle)")
       .value("journal-dir", "DIR", "e2e-live: write each live mode's journal there (<mode>.jsonl)")
       .value("json", "FILE", "write the JSON results");
 }
@@ -143,7 +146,21 @@ void declare_openai(programs::options& o) {
 
 using programs::geomean;
 
-/// One mode's measurements, averaged over the seeds of the run.
+/// One mode's run on one corpus and run seed.
+struct mode_run {
+  double e2e_seconds = 0;
+  /// Each search's own time, from the start to its end, in task order: the
+  /// per-task view the paper's geometric means take.
+  std::vector<double> search_seconds{};
+  std::vector<double> to_target{};   ///< of the searches that reached the target
+  std::vector<double> best{};        ///< best speedup per search at the round budget (1 without a kernel)
+  std::vector<double> best_equal{};  ///< the same, with every mode given sequential's time
+  double equal_time_rounds = 0;      ///< mean rounds per search in that time
+  double profiled_kernels = 0, pool_utilization = 0, tokens = 0, terminations = 0, forks = 0;
+  double wall_seconds = 0;
+};
+
+/// One mode over every seed of a run: the table's row.
 struct mode_metrics {
   std::string mode;
   double e2e_seconds = 0;                   ///< mean over seeds
@@ -156,11 +173,81 @@ struct mode_metrics {
   double equal_time_best_geomean = 0;       ///< the same, with every mode given sequential's time
   double equal_time_rounds = 0;             ///< mean rounds per search in that time
   double terminations = 0, forks = 0;       ///< means over seeds
-  /// Each (seed, task) search's own time, from the start to its end (in
-  /// seed-major, task order): the per-task view the paper's geometric means take.
-  std::vector<double> search_seconds{};
+  std::vector<double> search_seconds{};     ///< every (seed, task) search, seed-major
   double wall_seconds = 0;                  ///< total
 };
+
+mode_metrics summarize(const std::string& mode, const std::vector<const mode_run*>& runs) {
+  mode_metrics m;
+  m.mode = mode;
+  std::vector<double> ttt, best, best_equal;
+  const auto n = static_cast<double>(runs.size());
+  for (const auto* r : runs) {
+    m.e2e_seconds += r->e2e_seconds / n;
+    m.profiled_kernels += r->profiled_kernels / n;
+    m.pool_utilization += r->pool_utilization / n;
+    m.tokens += r->tokens / n;
+    m.terminations += r->terminations / n;
+    m.forks += r->forks / n;
+    m.equal_time_rounds += r->equal_time_rounds / n;
+    m.wall_seconds += r->wall_seconds;
+    m.search_seconds.insert(m.search_seconds.end(), r->search_seconds.begin(), r->search_seconds.end());
+    ttt.insert(ttt.end(), r->to_target.begin(), r->to_target.end());
+    best.insert(best.end(), r->best.begin(), r->best.end());
+    best_equal.insert(best_equal.end(), r->best_equal.begin(), r->best_equal.end());
+  }
+  m.tasks_at_target = static_cast<int>(ttt.size());
+  if (!ttt.empty()) m.seconds_to_target = geomean(ttt);
+  m.best_speedup_geomean = geomean(best);
+  m.equal_time_best_geomean = geomean(best_equal);
+  return m;
+}
+
+/// The ratios of `m` against baseline `b` on one seed: baseline / mode for
+/// times, mode / baseline for profiled kernels and speedups. A ratio with no
+/// value on this seed (no search reached the target) is left out.
+std::map<std::string, double> ratios_of(const mode_run& b, const mode_run& m) {
+  std::map<std::string, double> r{
+      {"e2e_speedup", b.e2e_seconds / m.e2e_seconds},
+      {"search_time_speedup_geomean", programs::search_time_ratio(b.search_seconds, m.search_seconds)},
+      {"profiled_ratio", b.profiled_kernels > 0 ? m.profiled_kernels / b.profiled_kernels : 0.0},
+      {"best_speedup_ratio", geomean(m.best) / geomean(b.best)}};
+  if (!b.best_equal.empty() && !m.best_equal.empty()) r["equal_time_best_ratio"] = geomean(m.best_equal) / geomean(b.best_equal);
+  if (!b.to_target.empty() && !m.to_target.empty()) r["target_speedup"] = geomean(b.to_target) / geomean(m.to_target);
+  return r;
+}
+
+/// A ratio over seeds: its mean, and its lowest and highest value.
+struct spread {
+  double mean = 0, low = 0, high = 0;
+  int seeds = 0;
+};
+std::map<std::string, spread> over_seeds(const std::vector<std::map<std::string, double>>& per_seed) {
+  std::map<std::string, spread> out;
+  for (const auto& seed : per_seed)
+    for (const auto& [k, v] : seed) {
+      auto& s = out[k];
+      s.low = s.seeds == 0 ? v : std::min(s.low, v);
+      s.high = s.seeds == 0 ? v : std::max(s.high, v);
+      s.mean += v;
+      ++s.seeds;
+    }
+  for (auto& [k, s] : out) s.mean /= s.seeds;
+  return out;
+}
+std::string show(const spread& s) {
+  return s.seeds > 1 ? fmt::format("{:.2f}x [{:.2f}-{:.2f}]", s.mean, s.low, s.high) : fmt::format("{:.2f}x", s.mean);
+}
+nlohmann::json spread_json(const std::map<std::string, spread>& m) {
+  nlohmann::json j = nlohmann::json::object(), sp = nlohmann::json::object();
+  for (const auto& [k, s] : m) {
+    j[k] = s.mean;
+    sp[k] = {s.low, s.high};
+  }
+  j["spread"] = std::move(sp);
+  j["seeds"] = m.empty() ? 0 : m.begin()->second.seeds;
+  return j;
+}
 
 /// The oracle bound for one task: in the earliest round whose traces hold a
 /// fork outcome meeting the target, the earliest such fork position, plus the
@@ -215,6 +302,23 @@ nlohmann::json metrics_json(const mode_metrics& m) {
           {"wall_seconds", m.wall_seconds}};
 }
 
+/// A contention level of `--contention`: a preset's name or a number.
+struct named_level {
+  std::string name;
+  double slowdown_per_sequence = 0;
+};
+std::vector<named_level> contention_list(const programs::options& a) {
+  std::vector<named_level> out;
+  for (const auto& item : programs::split_list(a.has("contention") ? a.get("contention") : "low,middle,high")) {
+    const auto v = parse_contention(item);
+    if (!v || *v > 1)
+      throw std::invalid_argument(fmt::format(
+          "--contention: '{}' is not low, middle, high or a slowdown per extra sequence in [0, 1]", item));
+    out.push_back({item, *v});
+  }
+  return out;
+}
+
 int bench_e2e(const programs::options& a) {
   const std::vector<std::string> all(mode_names.begin(), mode_names.end());
   const auto modes = a.has("modes") ? programs::split_list(a.get("modes")) : all;
@@ -231,7 +335,7 @@ int bench_e2e(const programs::options& a) {
   // The equal-time runs generate 3x the rounds: --rounds stays within a corpus's limit.
   int rounds = a.number<int>("rounds", 20, detail::in(1, limits::max_rounds / 3));
   if (loaded && !a.has("rounds")) rounds = programs::recorded_rounds(*loaded);
-  const int seeds = a.number<int>("seeds", cc.dir ? 1 : 3, detail::in(1, 100));
+  const int seeds = a.number<int>("seeds", 3, detail::in(1, 100));
   const double target = a.number<double>("target", 2.0, limits::target_speedup);
   const bool equal_time = std::find(modes.begin(), modes.end(), "sequential") != modes.end() && !a.has("no-equal-time");
   const std::uint64_t corpus_seed = a.number<std::uint64_t>("corpus-seed", 1);
@@ -239,108 +343,29 @@ int bench_e2e(const programs::options& a) {
   // Enough recorded rounds for the equal-time runs, where faster modes run more rounds.
   cc.params.rounds = equal_time ? rounds * 3 : rounds;
   cc.params.lanes = 4;  // the parallel and evolve modes run 4 lanes
+  const auto levels = contention_list(a);
 
   programs::run_options o;
   o.sim.devices = a.number<int>("devices", 4, limits::devices);
   o.replay.max_concurrent_streams = a.number<int>("streams", 64, detail::in(1, 65'536));
   o.replay.server_prefix_hit = a.number<double>("prefix-hit", 0.25, detail::in(0.0, 1.0));
-  o.replay.slowdown_per_sequence = a.number<double>("decode-slowdown", o.replay.slowdown_per_sequence, detail::in(0.0, 1.0));
   const std::uint64_t run_seed = a.number<std::uint64_t>("seed", 1);
 
   fmt::print("specgen-bench e2e: {}, {} rounds x {} seeds, {} simulated GPUs, target {:.2f}x, server prefix hit {:.2f}, "
-             "decode slowdown {:.3f} per sequence, virtual time\n",
+             "virtual time\n",
              cc.dir ? cc.dir->string() : fmt::format("procedural corpus, {} tasks", cc.params.tasks), rounds, seeds,
-             o.sim.devices, target, o.replay.server_prefix_hit, o.replay.slowdown_per_sequence);
-  std::map<std::string, mode_metrics> acc;
-  std::map<std::string, std::vector<double>> ttt, best, best_equal;
-  std::vector<double> oracle;
-  int tasks_total = 0;
-  // --journal-dir: every run's journal, named <mode>[-equal-time][-seedN].jsonl (specgen-report reads the directory).
-  const std::optional<std::filesystem::path> journal_dir =
+             o.sim.devices, target, o.replay.server_prefix_hit);
+  // --journal-dir: every run's journal, named [<level>/]<mode>[-equal-time][-seedN].jsonl (specgen-report reads a directory).
+  const std::optional<std::filesystem::path> journal_root =
       a.has("journal-dir") ? std::optional<std::filesystem::path>(a.get("journal-dir")) : std::nullopt;
-  if (journal_dir) std::filesystem::create_directories(*journal_dir);
-  auto run_one = [&](const replay::corpus& corpus, const std::string& mode, std::uint64_t seed, search_budget budget,
-                     bool equal_time_run = false) {
-    auto cfg = mode_config(mode);
-    if (!cfg) throw std::invalid_argument(cfg.error().what());
-    cfg->seed = seed;
-    cfg->budget = budget;
-    o.sim.seed = seed;
-    o.journal.reset();
-    if (journal_dir) {
-      o.journal = *journal_dir / fmt::format("{}{}{}.jsonl", mode, equal_time_run ? "-equal-time" : "",
-                                             seeds > 1 ? fmt::format("-seed{}", seed) : std::string());
-      std::filesystem::remove(*o.journal);
-    }
-    const auto w0 = std::chrono::steady_clock::now();
-    auto r = programs::run_corpus<virtual_clock>(corpus, std::move(*cfg), o);
-    if (!r) throw std::runtime_error(fmt::format("mode {}: {}", mode, r.error().what()));
-    acc[mode].wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-    return std::move(*r);
-  };
+  // The corpora, generated once and shared by every level.
+  std::vector<replay::corpus> corpora;
   for (int k = 0; k < seeds; ++k) {
     cc.seed = corpus_seed + static_cast<std::uint64_t>(k);
     auto corpus = loaded ? expected<replay::corpus, error>(*loaded) : programs::load_or_generate(cc);
     if (!corpus) throw std::invalid_argument(corpus.error().what());
-    tasks_total += static_cast<int>(corpus->tasks.size());
-    const std::uint64_t seed = run_seed + static_cast<std::uint64_t>(k);
-    double sequential_e2e = 0;
-    for (const auto& mode : modes) {
-      const auto r = run_one(*corpus, mode, seed, {.max_rounds = rounds, .target_speedup = target});
-      auto& m = acc[mode];
-      m.mode = mode;
-      m.e2e_seconds += r.e2e_seconds / seeds;
-      m.profiled_kernels += static_cast<double>(r.profiled_kernels) / seeds;
-      m.pool_utilization += r.pool_utilization / seeds;
-      m.tokens += static_cast<double>(r.generated_tokens) / seeds;
-      for (const auto& s : r.searches) {
-        m.terminations += static_cast<double>(s.terminations) / seeds;
-        m.forks += static_cast<double>(s.forks) / seeds;
-        if (s.seconds_to_target) ttt[mode].push_back(*s.seconds_to_target);
-        m.search_seconds.push_back(s.end_seconds);
-        best[mode].push_back(s.best_speedup > 0 ? s.best_speedup : 1.0);
-      }
-      if (mode == "sequential") sequential_e2e = r.e2e_seconds;
-    }
-    // Equal time: every mode gets the time sequential refinement needed for
-    // its iteration budget (the paper's "fixed time budget" comparison).
-    if (equal_time)
-      for (const auto& mode : modes) {
-        const auto r = run_one(*corpus, mode, seed,
-                               {.max_rounds = cc.params.rounds, .max_seconds = sequential_e2e, .target_speedup = target},
-                               /*equal_time_run=*/true);
-        for (const auto& s : r.searches) {
-          best_equal[mode].push_back(s.best_speedup > 0 ? s.best_speedup : 1.0);
-          acc[mode].equal_time_rounds += static_cast<double>(s.rounds) / static_cast<double>(r.searches.size() * seeds);
-        }
-      }
-    for (const auto& t : corpus->tasks)
-      if (auto s = oracle_seconds(*corpus, t.name, target, o.replay, o.sim, corpus->costs)) oracle.push_back(*s);
-    fmt::print("  seed {} done\n", seed);
+    corpora.push_back(std::move(*corpus));
   }
-  std::vector<mode_metrics> results;
-  for (const auto& mode : modes) {
-    auto m = acc[mode];
-    m.tasks_at_target = static_cast<int>(ttt[mode].size());
-    if (!ttt[mode].empty()) m.seconds_to_target = geomean(ttt[mode]);
-    m.best_speedup_geomean = geomean(best[mode]);
-    m.equal_time_best_geomean = geomean(best_equal[mode]);
-    results.push_back(m);
-  }
-
-  // 0 when the oracle reaches the target on no task (a plain double: gcc 12 misreads optionals here).
-  const double oracle_ttt = geomean(oracle);
-
-  fmt::print("\nmeans over {} seeds; 'best' = geomean best speedup at the iteration budget, 'best@T' = with sequential's time\n", seeds);
-  fmt::print("{:<17} {:>9} {:>10} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7} {:>7}\n", "mode", "e2e (s)", "to target", "reached",
-             "profiled", "util", "tokens", "best", "best@T", "rnd@T");
-  for (const auto& m : results)
-    fmt::print("{:<17} {:>9.0f} {:>10} {:>7} {:>9.1f} {:>6.1f}% {:>7.2f}M {:>6.2f}x {:>6.2f}x {:>7.1f}\n", m.mode,
-               m.e2e_seconds, m.seconds_to_target ? fmt::format("{:.0f}", *m.seconds_to_target) : "-",
-               fmt::format("{}/{}", m.tasks_at_target, tasks_total), m.profiled_kernels, 100 * m.pool_utilization,
-               m.tokens / 1e6, m.best_speedup_geomean, m.equal_time_best_geomean, m.equal_time_rounds);
-  fmt::print("{:<17} {:>9} {:>10} {:>7}\n", "oracle bound", "-", oracle_ttt > 0 ? fmt::format("{:.0f}", oracle_ttt) : "-",
-             fmt::format("{}/{}", oracle.size(), tasks_total));
 
   nlohmann::json out = {{"benchmark", "e2e"},
                         {"clock", "virtual"},
@@ -350,43 +375,142 @@ int bench_e2e(const programs::options& a) {
                         {"devices", o.sim.devices},
                         {"target_speedup", target},
                         {"server_prefix_hit", o.replay.server_prefix_hit},
-                        {"decode_slowdown_per_sequence", o.replay.slowdown_per_sequence},
                         {"corpus", cc.dir ? programs::corpus_label(*cc.dir) : fmt::format("procedural (seeds {}..{})", corpus_seed, corpus_seed + seeds - 1)},
                         {"run_seeds", fmt::format("{}..{}", run_seed, run_seed + seeds - 1)},
-                        {"oracle", {{"seconds_to_target", oracle_ttt > 0 ? nlohmann::json(oracle_ttt) : nlohmann::json(nullptr)},
-                                    {"tasks", oracle.size()}}},
-                        {"modes", nlohmann::json::object()}};
-  const std::vector<std::string> baselines{"sequential", "parallel", "evolve"};
-  fmt::print("\nratios (baseline / mode for times, mode / baseline for profiled kernels; e2e: until the last search "
-             "ends; per task: geometric mean over searches of each search's own time):\n");
-  for (const auto& m : results) {
-    auto j = metrics_json(m);
-    nlohmann::json vs = nlohmann::json::object();
-    for (const auto& bname : baselines) {
-      auto b = std::find_if(results.begin(), results.end(), [&](const mode_metrics& x) { return x.mode == bname; });
-      if (b == results.end() || b->mode == m.mode) continue;
-      // Per task: baseline's search time over this mode's, same seed and task.
-      nlohmann::json rj = {{"e2e_speedup", b->e2e_seconds / m.e2e_seconds},
-                           {"search_time_speedup_geomean", programs::search_time_ratio(b->search_seconds, m.search_seconds)},
-                           {"profiled_ratio", b->profiled_kernels > 0 ? m.profiled_kernels / b->profiled_kernels : 0.0},
-                           {"best_speedup_ratio", b->best_speedup_geomean > 0 ? m.best_speedup_geomean / b->best_speedup_geomean : 0.0},
-                           {"equal_time_best_ratio",
-                            b->equal_time_best_geomean > 0 ? m.equal_time_best_geomean / b->equal_time_best_geomean : 0.0}};
-      if (b->seconds_to_target && m.seconds_to_target) rj["target_speedup"] = *b->seconds_to_target / *m.seconds_to_target;
-      vs[bname] = rj;
-      fmt::print("  {:<17} vs {:<10}: e2e {:.2f}x  per task {:.2f}x  profiled {:.2f}x  best {:.2f}x  best@T {:.2f}x{}\n",
-                 m.mode, bname, rj["e2e_speedup"].get<double>(), rj["search_time_speedup_geomean"].get<double>(),
-                 rj["profiled_ratio"].get<double>(), rj["best_speedup_ratio"].get<double>(),
-                 rj["equal_time_best_ratio"].get<double>(),
-                 rj.contains("target_speedup") ? fmt::format("  to target {:.2f}x", rj["target_speedup"].get<double>()) : "");
+                        {"levels", nlohmann::json::object()}};
+  for (const auto& level : levels) {
+    o.replay.slowdown_per_sequence = level.slowdown_per_sequence;
+    std::optional<std::filesystem::path> journal_dir = journal_root;
+    if (journal_dir && levels.size() > 1) *journal_dir /= level.name;
+    if (journal_dir) std::filesystem::create_directories(*journal_dir);
+    fmt::print("\n== contention {}: decode slowdown {:.4f} per extra sequence ({:.2f} of a lone stream's speed at 32) ==\n",
+               level.name, level.slowdown_per_sequence, 1.0 / (1.0 + level.slowdown_per_sequence * 31));
+    auto run_one = [&](const replay::corpus& corpus, const std::string& mode, std::uint64_t seed, search_budget budget,
+                       bool equal_time_run, double& wall) {
+      auto cfg = mode_config(mode);
+      if (!cfg) throw std::invalid_argument(cfg.error().what());
+      cfg->seed = seed;
+      cfg->budget = budget;
+      o.sim.seed = seed;
+      o.journal.reset();
+      if (journal_dir) {
+        o.journal = *journal_dir / fmt::format("{}{}{}.jsonl", mode, equal_time_run ? "-equal-time" : "",
+                                               seeds > 1 ? fmt::format("-seed{}", seed) : std::string());
+        std::filesystem::remove(*o.journal);
+      }
+      const auto w0 = std::chrono::steady_clock::now();
+      auto r = programs::run_corpus<virtual_clock>(corpus, std::move(*cfg), o);
+      if (!r) throw std::runtime_error(fmt::format("mode {}: {}", mode, r.error().what()));
+      wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      return std::move(*r);
+    };
+    std::vector<std::map<std::string, mode_run>> per_seed(static_cast<std::size_t>(seeds));
+    std::vector<double> oracle;                 // every (seed, task) the oracle reaches the target on
+    std::vector<double> oracle_per_seed;        // its geometric mean per seed (0: none)
+    int tasks_total = 0;
+    for (int k = 0; k < seeds; ++k) {
+      const auto& corpus = corpora[static_cast<std::size_t>(k)];
+      tasks_total += static_cast<int>(corpus.tasks.size());
+      const std::uint64_t seed = run_seed + static_cast<std::uint64_t>(k);
+      auto& runs = per_seed[static_cast<std::size_t>(k)];
+      for (const auto& mode : modes) {
+        auto& m = runs[mode];
+        const auto r = run_one(corpus, mode, seed, {.max_rounds = rounds, .target_speedup = target}, false, m.wall_seconds);
+        m.e2e_seconds = r.e2e_seconds;
+        m.profiled_kernels = static_cast<double>(r.profiled_kernels);
+        m.pool_utilization = r.pool_utilization;
+        m.tokens = static_cast<double>(r.generated_tokens);
+        for (const auto& s : r.searches) {
+          m.terminations += static_cast<double>(s.terminations);
+          m.forks += static_cast<double>(s.forks);
+          if (s.seconds_to_target) m.to_target.push_back(*s.seconds_to_target);
+          m.search_seconds.push_back(s.end_seconds);
+          m.best.push_back(s.best_speedup > 0 ? s.best_speedup : 1.0);
+        }
+      }
+      // Equal time: every mode gets the time sequential refinement needed for
+      // its iteration budget (the paper's "fixed time budget" comparison).
+      if (equal_time)
+        for (const auto& mode : modes) {
+          auto& m = runs[mode];
+          const auto r = run_one(corpus, mode, seed,
+                                 {.max_rounds = cc.params.rounds, .max_seconds = runs["sequential"].e2e_seconds, .target_speedup = target},
+                                 true, m.wall_seconds);
+          for (const auto& s : r.searches) {
+            m.best_equal.push_back(s.best_speedup > 0 ? s.best_speedup : 1.0);
+            m.equal_time_rounds += static_cast<double>(s.rounds) / static_cast<double>(r.searches.size());
+          }
+        }
+      std::vector<double> seed_oracle;
+      for (const auto& t : corpus.tasks)
+        if (auto s = oracle_seconds(corpus, t.name, target, o.replay, o.sim, corpus.costs)) seed_oracle.push_back(*s);
+      oracle.insert(oracle.end(), seed_oracle.begin(), seed_oracle.end());
+      oracle_per_seed.push_back(geomean(seed_oracle));
+      fmt::print("  seed {} done\n", seed);
     }
-    if (oracle_ttt > 0 && m.seconds_to_target) vs["oracle"] = {{"target_time_ratio", *m.seconds_to_target / oracle_ttt}};
-    j["vs"] = vs;
-    out["modes"][m.mode] = j;
-  }
-  if (oracle_ttt > 0)
+    std::vector<mode_metrics> results;
+    for (const auto& mode : modes) {
+      std::vector<const mode_run*> runs;
+      for (const auto& s : per_seed) runs.push_back(&s.at(mode));
+      results.push_back(summarize(mode, runs));
+    }
+    // 0 when the oracle reaches the target on no task (a plain double: gcc 12 misreads optionals here).
+    const double oracle_ttt = geomean(oracle);
+
+    fmt::print("\nmeans over {} seeds; 'best' = geomean best speedup at the iteration budget, 'best@T' = with sequential's time\n", seeds);
+    fmt::print("{:<17} {:>9} {:>10} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7} {:>7}\n", "mode", "e2e (s)", "to target", "reached",
+               "profiled", "util", "tokens", "best", "best@T", "rnd@T");
     for (const auto& m : results)
-      if (m.seconds_to_target) fmt::print("  {:<17} time to target / oracle bound: {:.2f}\n", m.mode, *m.seconds_to_target / oracle_ttt);
+      fmt::print("{:<17} {:>9.0f} {:>10} {:>7} {:>9.1f} {:>6.1f}% {:>7.2f}M {:>6.2f}x {:>6.2f}x {:>7.1f}\n", m.mode,
+                 m.e2e_seconds, m.seconds_to_target ? fmt::format("{:.0f}", *m.seconds_to_target) : "-",
+                 fmt::format("{}/{}", m.tasks_at_target, tasks_total), m.profiled_kernels, 100 * m.pool_utilization,
+                 m.tokens / 1e6, m.best_speedup_geomean, m.equal_time_best_geomean, m.equal_time_rounds);
+    fmt::print("{:<17} {:>9} {:>10} {:>7}\n", "oracle bound", "-", oracle_ttt > 0 ? fmt::format("{:.0f}", oracle_ttt) : "-",
+               fmt::format("{}/{}", oracle.size(), tasks_total));
+
+    nlohmann::json lj = {{"slowdown_per_sequence", level.slowdown_per_sequence},
+                         {"oracle", {{"seconds_to_target", oracle_ttt > 0 ? nlohmann::json(oracle_ttt) : nlohmann::json(nullptr)},
+                                     {"tasks", oracle.size()}}},
+                         {"modes", nlohmann::json::object()}};
+    const std::vector<std::string> baselines{"sequential", "parallel", "evolve"};
+    fmt::print("\nratios, mean over seeds [lowest-highest] (baseline / mode for times, mode / baseline for profiled kernels "
+               "and speedups; e2e: until the last search ends; per task: geometric mean over searches of each search's own time):\n");
+    std::string oracle_lines;
+    for (const auto& m : results) {
+      auto j = metrics_json(m);
+      nlohmann::json vs = nlohmann::json::object();
+      for (const auto& bname : baselines) {
+        if (bname == m.mode || std::find(modes.begin(), modes.end(), bname) == modes.end()) continue;
+        std::vector<std::map<std::string, double>> seed_ratios;
+        for (const auto& s : per_seed) seed_ratios.push_back(ratios_of(s.at(bname), s.at(m.mode)));
+        const auto r = over_seeds(seed_ratios);
+        vs[bname] = spread_json(r);
+        auto part = [&](std::string_view label, const char* key) {
+          auto it = r.find(key);
+          return it == r.end() ? std::string() : fmt::format("  {} {}", label, show(it->second));
+        };
+        fmt::print("  {:<17} vs {:<10}:{}{}{}{}{}{}\n", m.mode, bname, part("e2e", "e2e_speedup"),
+                   part("per task", "search_time_speedup_geomean"), part("profiled", "profiled_ratio"),
+                   part("best", "best_speedup_ratio"), part("best@T", "equal_time_best_ratio"), part("to target", "target_speedup"));
+      }
+      // Time to target over the oracle bound, per seed.
+      std::vector<std::map<std::string, double>> to_oracle;
+      for (std::size_t k = 0; k < per_seed.size(); ++k) {
+        const auto& run = per_seed[k].at(m.mode);
+        if (oracle_per_seed[k] > 0 && !run.to_target.empty())
+          to_oracle.push_back({{"target_time_ratio", geomean(run.to_target) / oracle_per_seed[k]}});
+      }
+      if (!to_oracle.empty()) {
+        const auto r = over_seeds(to_oracle);
+        vs["oracle"] = spread_json(r);
+        oracle_lines += fmt::format("  {:<17} time to target / oracle bound: {}\n", m.mode, show(r.at("target_time_ratio")));
+      }
+      j["vs"] = vs;
+      lj["modes"][m.mode] = j;
+    }
+    fmt::print("{}", oracle_lines);
+    out["levels"][level.name] = std::move(lj);
+  }
   if (a.has("out")) {
     std::ofstream f(a.get("out"));
     f << out.dump(2) << '\n';

@@ -251,6 +251,9 @@ class engine final : private stream_sink {
     timer_id deadline = 0;
     search_result res;
     std::uint64_t generated = 0;
+    policy::fork_yields yields;         ///< what this search's forks yielded, by trigger
+    std::uint64_t complete_tokens = 0;  ///< reasoning tokens of its main streams that ran to their end
+    std::uint64_t complete_streams = 0;
   };
   struct stream_owner {
     int search = 0;
@@ -306,6 +309,12 @@ class engine final : private stream_sink {
   void consider_fork(search_rt& s, lane_rt& l, std::size_t new_from);
   void tick_triggers();
   void terminate_lane(search_rt& s, lane_rt& l, candidate_id because);
+  /// The reasoning length a main stream of `s` is expected to reach: the mean
+  /// of its streams that ran to their end, else of the run's; 0 when none has.
+  [[nodiscard]] std::uint64_t expected_reasoning(const search_rt& s) const noexcept {
+    if (s.complete_streams > 0) return s.complete_tokens / s.complete_streams;
+    return complete_streams_ > 0 ? complete_tokens_ / complete_streams_ : 0;
+  }
   void count_tokens(search_rt& s, std::uint64_t n);
   static std::uint64_t chunk_tokens(const stream_chunk& c) noexcept {
     return c.tokens.empty() ? std::max<std::uint64_t>(c.token_count, 1) : c.tokens.size();
@@ -342,6 +351,12 @@ class engine final : private stream_sink {
   kernel_dedup<std::pair<int, std::size_t>, evaluation> dedup_;
   int max_streams_ = 64;
   int active_streams_ = 0;
+  // What a cost-weighing trigger sees of the server's load and of the forks so far.
+  int main_streams_ = 0;      ///< main streams started and not ended
+  int fork_sequences_ = 0;    ///< fork samples still generating
+  policy::fork_yields run_yields_;
+  std::uint64_t complete_tokens_ = 0, complete_streams_ = 0;  ///< main streams that ran to their end
+  std::uint64_t fork_sample_tokens_ = 0, fork_samples_ended_ = 0;
   int searches_left_ = 0;
   candidate_id next_id_ = 1;
   timestamp started_{0};                  ///< loop time at run()
@@ -526,6 +541,7 @@ void engine<B, E, C>::start_lane_stream(search_rt& s, int li) {
   l.kv_salt = {static_cast<token_id>(prompt_hash & 0x7fffffff), static_cast<token_id>((prompt_hash >> 32) & 0x7fffffff)};
   owners_[l.id] = stream_owner{.search = s.index, .lane = li, .fork = false};
   ++active_streams_;
+  ++main_streams_;
 }
 
 template <backend B, evaluator E, clock C>
@@ -578,7 +594,16 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                             .forks_in_flight = l.forks_in_flight,
                             .tokens_since_fork = l.reasoning_tokens - l.last_fork_tokens,
                             .forks_this_round = l.forks_this_round,
-                            .barren_forks = l.barren_forks};
+                            .barren_forks = l.barren_forks,
+                            .sequences = main_streams_ + fork_sequences_,
+                            .main_streams = main_streams_,
+                            .lanes_waiting = !waiting_.empty(),
+                            .expected_tokens = expected_reasoning(s),
+                            .fork_sample_tokens = fork_samples_ended_ > 0 ? static_cast<double>(fork_sample_tokens_) /
+                                                                                static_cast<double>(fork_samples_ended_)
+                                                                          : 0.0,
+                            .run_yields = &run_yields_,
+                            .search_yields = &s.yields};
   const policy::stream_view view{.text = l.reasoning, .new_from = new_from, .tokens = l.reasoning_tokens};
   auto fire = l.trig->on_chunk(view, ctx);
   if (!fire) return;
@@ -607,6 +632,7 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
     return;
   }
   ++active_streams_;
+  fork_sequences_ += fr.samples;
   ++s.res.forks;
   ++l.forks_this_round;
   ++l.forks_in_flight;
@@ -649,6 +675,9 @@ void engine<B, E, C>::on_end(const stream_end& e) {
     if (k < f.ended.size() && !f.ended[k]) {
       f.ended[k] = true;
       --f.open;
+      --fork_sequences_;
+      fork_sample_tokens_ += e.used.completion_tokens;
+      ++fork_samples_ended_;
       if (e.reason == finish_reason::error && f.error.empty()) f.error = e.error.empty() ? "a fork sample ended with an error" : e.error;
       if (e.reason == finish_reason::stop || e.reason == finish_reason::length) {
         provenance p{.search = s.index, .round = f.round, .lane = f.lane, .from = origin::fork, .trigger = f.trigger,
@@ -665,6 +694,8 @@ void engine<B, E, C>::on_end(const stream_end& e) {
       if (timeline_)
         timeline_->span(track_group(s), fmt::format("lane {} forks", f.lane),
                         "fork: " + f.trigger, f.began, loop_.now(), {{"prefix_tokens", f.prefix_tokens}});
+      s.yields.add_fork(f.trigger, f.fresh);
+      run_yields_.add_fork(f.trigger, f.fresh);
       if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size()) {
         auto& fl = s.lanes[static_cast<std::size_t>(f.lane)];
         --fl.forks_in_flight;
@@ -681,7 +712,15 @@ void engine<B, E, C>::on_end(const stream_end& e) {
   auto& l = s.lanes[static_cast<std::size_t>(own.lane)];
   owners_.erase(it);
   --active_streams_;
+  --main_streams_;
   l.ended = true;
+  if (!l.terminated && e.reason == finish_reason::stop) {
+    // A stream that ran to its end: how long this search's reasoning runs.
+    s.complete_tokens += l.reasoning_tokens;
+    ++s.complete_streams;
+    complete_tokens_ += l.reasoning_tokens;
+    ++complete_streams_;
+  }
   if (timeline_)
     timeline_->span(track_group(s), fmt::format("lane {}", l.lane),
                     fmt::format("round {} reasoning", s.round), l.began, loop_.now(),
@@ -867,10 +906,16 @@ void engine<B, E, C>::finalize(search_rt& s, std::size_t idx, evaluation e, bool
   if (r.profiled() && !reused) {
     const double sp = r.speedup();
     // The termination policy sees the history *before* this kernel.
-    if (r.cand->prov.from == origin::fork && r.cand->prov.round == s.round && !s.done) {
-      auto& l = s.lanes[static_cast<std::size_t>(r.cand->prov.lane)];
-      if (!l.ended && !l.terminated && cfg_.termination.should_stop(policy::history_view{.speedups = s.history}, sp))
-        terminate_lane(s, l, r.cand->id);
+    if (r.cand->prov.from == origin::fork) {
+      const bool wins = cfg_.termination.should_stop(policy::history_view{.speedups = s.history}, sp);
+      if (wins) {
+        s.yields.add_win(r.cand->prov.trigger);
+        run_yields_.add_win(r.cand->prov.trigger);
+      }
+      if (wins && r.cand->prov.round == s.round && !s.done) {
+        auto& l = s.lanes[static_cast<std::size_t>(r.cand->prov.lane)];
+        if (!l.ended && !l.terminated) terminate_lane(s, l, r.cand->id);
+      }
     }
     s.history.push_back(sp);
     if (sp > s.res.best_speedup) {

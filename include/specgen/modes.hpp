@@ -8,12 +8,18 @@
 /// | sequential         | refine    | never    | -           | static, FIFO    | none       |
 /// | parallel           | parallel  | never    | -           | static, FIFO    | none       |
 /// | evolve             | evolve    | never    | -           | static, FIFO    | none       |
-/// | +spec              | refine    | default  | beats mean  | static, FIFO    | none       |
-/// | +elastic           | refine    | default  | beats mean  | elastic, FIFO   | none       |
-/// | +priority          | refine    | default  | beats mean  | elastic, LIFO   | none       |
-/// | +kv = specgen      | refine    | default  | beats mean  | elastic, LIFO   | remote GPU |
+/// | +spec              | refine    | paper    | beats mean  | static, FIFO    | none       |
+/// | +elastic           | refine    | paper    | beats mean  | elastic, FIFO   | none       |
+/// | +priority          | refine    | paper    | beats mean  | elastic, LIFO   | none       |
+/// | +kv                | refine    | paper    | beats mean  | elastic, LIFO   | remote GPU |
+/// | specgen            | refine    | default  | beats mean  | elastic, LIFO   | remote GPU |
 /// | parallel+specgen   | parallel  | default  | beats mean  | elastic, LIFO   | remote GPU |
 /// | evolve+specgen     | evolve    | default  | beats mean  | elastic, LIFO   | remote GPU |
+///
+/// The ablation ladder (+spec to +kv) is the paper's system step by step, with
+/// the paper's trigger set (`paper_trigger()`); `specgen` is its last step
+/// with the default trigger, which weighs every fork against its cost on the
+/// server (`default_trigger()`, policy/trigger.hpp).
 ///
 /// @code
 ///   auto cfg = specgen::mode_config("specgen");          // expected<engine_config, error>
@@ -39,17 +45,19 @@ SPECGEN_BEGIN_NAMESPACE
 namespace detail {
 /// One row of the table above: which search, and how far up the ablation
 /// ladder (0 none, 1 +spec, 2 +elastic, 3 +priority, 4 +kv).
+/// `weighed`: the default (cost-weighed) trigger, else the paper's set.
 struct mode_row {
   std::string_view name;
   std::string_view strategy;
   int rung;
+  bool weighed = false;
 };
 inline constexpr std::array<mode_row, 10> mode_table{{{"sequential", "refine", 0},
                                                       {"parallel", "parallel", 0},
                                                       {"evolve", "evolve", 0},
-                                                      {"specgen", "refine", 4},
-                                                      {"parallel+specgen", "parallel", 4},
-                                                      {"evolve+specgen", "evolve", 4},
+                                                      {"specgen", "refine", 4, true},
+                                                      {"parallel+specgen", "parallel", 4, true},
+                                                      {"evolve+specgen", "evolve", 4, true},
                                                       {"+spec", "refine", 1},
                                                       {"+elastic", "refine", 2},
                                                       {"+priority", "refine", 3},
@@ -89,7 +97,7 @@ inline expected<engine_config, error> mode_config(std::string_view mode, const m
   if (row->rung >= 2) c.pool = elastic{.min_validation = 1, .min_profiling = 1, .validation = order, .interval = seconds(5)};
   else c.pool = static_split{.validation_fraction = o.static_validation_fraction, .validation = queue_order::fifo};
   if (row->rung >= 1) {
-    c.trigger = default_trigger();
+    c.trigger = row->weighed ? default_trigger() : paper_trigger();
     c.termination = default_termination();
   }
   if (row->rung >= 4) c.kv = remote_gpu_kv{};

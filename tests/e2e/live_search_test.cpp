@@ -71,7 +71,7 @@ TEST_CASE("a served model writes kernels, the pool judges them, the next prompt 
   // Fast decoding so the test takes seconds; contention as in the middle of the published band.
   openai::testing::standin_options so;
   so.tokens_per_s = 1500;
-  so.slowdown_per_sequence = replay::contention_middle;
+  so.slowdown_per_sequence = contention_middle;
   openai::testing::fake_server server(openai::testing::standin_server_options(chooser, so));
 
   auto softmax = load_task(suite / "tasks" / "softmax.json");

@@ -26,6 +26,7 @@
 ///     use(fire->samples, fire->trigger);                                 // fork K samples
 /// @endcode
 #include <specgen/clock.hpp>
+#include <specgen/contention.hpp>
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/extract.hpp>
@@ -59,7 +60,48 @@ struct stream_view {
   std::uint64_t tokens = 0;  ///< reasoning tokens so far
 };
 
-/// The state of the evaluation pools and of this stream's forks.
+/// What forks with one trigger name (or all forks) have yielded so far.
+struct fork_yield {
+  std::uint64_t forks = 0;  ///< forks that ended (every sample finished)
+  std::uint64_t fresh = 0;  ///< of those, forks that yielded a kernel not seen before
+  std::uint64_t wins = 0;   ///< kernels from forks that the termination policy would stop a stream for
+  friend bool operator==(const fork_yield&, const fork_yield&) = default;
+};
+
+/// Fork yields by trigger name: the record a cost-weighing gate estimates a
+/// fork's chance from. The engine keeps one for the run and one per search.
+class fork_yields {
+ public:
+  void add_fork(std::string_view trigger, bool fresh) {
+    for (fork_yield* y : {&slot(trigger), &all_}) {
+      ++y->forks;
+      if (fresh) ++y->fresh;
+    }
+  }
+  void add_win(std::string_view trigger) {
+    ++slot(trigger).wins;
+    ++all_.wins;
+  }
+  /// The record of forks named `trigger` (zeros if none ended yet).
+  [[nodiscard]] fork_yield of(std::string_view trigger) const {
+    for (const auto& [name, y] : by_)
+      if (name == trigger) return y;
+    return {};
+  }
+  [[nodiscard]] const fork_yield& all() const noexcept { return all_; }
+
+ private:
+  fork_yield& slot(std::string_view trigger) {
+    for (auto& [name, y] : by_)
+      if (name == trigger) return y;
+    return by_.emplace_back(std::string(trigger), fork_yield{}).second;
+  }
+  std::vector<std::pair<std::string, fork_yield>> by_;  // few names: a vector beats a map
+  fork_yield all_;
+};
+
+/// The state of the evaluation pools, of the server's load as this run sees
+/// it, and of this stream's forks.
 struct trigger_context {
   timestamp now{0};
   int idle_validation = 0;  ///< idle validation devices
@@ -73,6 +115,18 @@ struct trigger_context {
   /// recently, without a new kernel (every sample failed extraction or
   /// repeated a kernel already seen); 0 after a fork that yielded one.
   int barren_forks = 0;
+
+  // What a cost-weighing gate (`triggers::weighed`) prices a fork with.
+  int sequences = 0;     ///< sequences this run has decoding: main streams plus fork samples
+  int main_streams = 0;  ///< main reasoning streams decoding
+  bool lanes_waiting = false;  ///< main lanes wait for a stream slot: the server is full
+  /// Reasoning tokens a main stream of this search is expected to write in
+  /// all (the mean of its earlier complete rounds, else of the run's); 0 when
+  /// no stream has finished yet.
+  std::uint64_t expected_tokens = 0;
+  double fork_sample_tokens = 0;  ///< mean tokens of a fork sample so far (0: none ended yet)
+  const fork_yields* run_yields = nullptr;     ///< every search's forks
+  const fork_yields* search_yields = nullptr;  ///< this search's forks
 };
 
 /// A trigger fired: fork `samples` (K) generations and label them `trigger`.
@@ -653,6 +707,132 @@ class gated {
 
 }  // namespace triggers
 
+/**
+ * What a fork costs the server and what it may buy: the model `weighed`
+ * decides with (docs/policies.md, "Cost-weighed forks").
+ *
+ * N sequences decode now (`trigger_context::sequences`, this stream
+ * included), each at s(N) = s1 / (1 + a (N - 1)) with a =
+ * `slowdown_per_sequence` (contention.hpp). A fork of K samples of L tokens
+ * decodes for L / s(N + K), and meanwhile each of the N streams loses
+ * a K L / (1 + a (N - 1)) tokens of progress. The fork's cost is their sum:
+ *
+ *     C = N a K L / (1 + a (N - 1))                      stream-tokens
+ *
+ * If a kernel of the fork wins (the termination policy stops this stream for
+ * it), the stream ends R tokens early, R = its expected length less what it
+ * wrote, and each other stream decodes R a / (1 + a (N - 2)) tokens more while
+ * it is gone. With p the chance of a win:
+ *
+ *     B = p R (1 + (N - 1) a / (1 + a (N - 2)))          stream-tokens
+ *
+ * p is the trigger's record of wins per ended fork in this search, shrunk
+ * towards the run's record for that trigger, which is shrunk towards
+ * `prior_win`; each shrinkage weighs `prior_forks` forks. A fork goes ahead
+ * when B >= `cost_weight` C. When the server is saturated (main lanes wait for
+ * a stream slot, or the main streams alone decode below `saturated_speed` of a
+ * lone stream), the weight is `saturated_cost_weight`: only forks with a high
+ * expected gain go ahead.
+ */
+struct fork_pricing {
+  /// The server's decode slowdown per extra sequence. The default is the
+  /// middle of the band published serving stacks span; fit your own server's
+  /// with `fit_contention`.
+  double slowdown_per_sequence = contention_middle;
+  double prior_win = 0.1;     ///< chance of a win before any fork ended
+  double prior_forks = 8;     ///< how many forks the prior weighs
+  double sample_tokens = 512; ///< L before any fork sample ended
+  std::uint64_t reasoning_tokens = 8192;  ///< a stream's expected length before any stream finished
+  double min_remaining = 0.1;  ///< R is at least this fraction of the expected length
+  double cost_weight = 1.0;
+  double saturated_cost_weight = 2.0;
+  double saturated_speed = 0.5;
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("slowdown_per_sequence", s.slowdown_per_sequence, detail::in(0.0, 100.0));
+    f("prior_win", s.prior_win, detail::in(0.0, 1.0));
+    f("prior_forks", s.prior_forks, detail::in(0.0, 1e6));
+    f("sample_tokens", s.sample_tokens, detail::in(1.0, 1e6));
+    f("reasoning_tokens", s.reasoning_tokens, detail::in<std::uint64_t>(1, limits::max_tokens));
+    f("min_remaining", s.min_remaining, detail::in(0.0, 1.0));
+    f("cost_weight", s.cost_weight, detail::in(0.0, 1e6));
+    f("saturated_cost_weight", s.saturated_cost_weight, detail::in(0.0, 1e6));
+    f("saturated_speed", s.saturated_speed, detail::in(0.0, 1.0));
+  }
+  friend bool operator==(const fork_pricing&, const fork_pricing&) = default;
+};
+
+/// One fork weighed: the terms of `fork_pricing`'s model.
+struct fork_appraisal {
+  double chance = 0;     ///< p
+  double remaining = 0;  ///< R, tokens
+  double benefit = 0;    ///< B, stream-tokens
+  double cost = 0;       ///< C, stream-tokens
+  bool saturated = false;
+  bool go = false;       ///< B >= the weight in force times C
+};
+
+/// Weighs a fork of `samples` from a stream that has written `tokens`.
+inline fork_appraisal appraise_fork(const fork_pricing& m, std::string_view trigger, int samples, std::uint64_t tokens,
+                                    const trigger_context& c) {
+  const double a = m.slowdown_per_sequence;
+  auto shrunk = [&](const fork_yields* y, double prior) {
+    if (!y) return prior;
+    const fork_yield r = y->of(trigger);
+    return (static_cast<double>(r.wins) + prior * m.prior_forks) / (static_cast<double>(r.forks) + m.prior_forks);
+  };
+  fork_appraisal v;
+  v.chance = std::clamp(shrunk(c.search_yields, shrunk(c.run_yields, m.prior_win)), 0.0, 1.0);
+  const double expected = static_cast<double>(c.expected_tokens > 0 ? c.expected_tokens : m.reasoning_tokens);
+  v.remaining = std::max(expected - static_cast<double>(tokens), m.min_remaining * expected);
+  const double n = std::max(c.sequences, 1);
+  const double others_gain = (n - 1) * a / (1 + a * std::max(n - 2, 0.0));
+  v.benefit = v.chance * v.remaining * (1 + others_gain);
+  const double sample = c.fork_sample_tokens > 0 ? c.fork_sample_tokens : m.sample_tokens;
+  v.cost = n * a * static_cast<double>(samples) * sample / (1 + a * (n - 1));
+  const double main_speed = 1 / (1 + a * std::max(c.main_streams - 1, 0));
+  v.saturated = c.lanes_waiting || main_speed < m.saturated_speed;
+  v.go = v.benefit >= (v.saturated ? m.saturated_cost_weight : m.cost_weight) * v.cost;
+  return v;
+}
+
+namespace triggers {
+
+/**
+ * A trigger whose fires go ahead only where the fork is worth its cost on
+ * the server (`fork_pricing`). The inner trigger sees every chunk; a fire
+ * that does not pay is dropped, like a shut gate's.
+ *
+ * @code
+ *   specgen::policy::triggers::weighed t{specgen::policy::triggers::fence_closed{}, {.slowdown_per_sequence = 0.04}};
+ * @endcode
+ */
+template <trigger_policy T>
+class weighed {
+ public:
+  weighed(T inner, fork_pricing m) : inner_(std::move(inner)), m_(m) { detail::require_valid(m_, "weigh"); }
+
+  [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) {
+    auto f = inner_.on_chunk(v, c);
+    if (!f || !appraise_fork(m_, f->trigger, f->samples, v.tokens, c).go) return std::nullopt;
+    return f;
+  }
+  [[nodiscard]] std::string name() const { return std::string(inner_.name()); }
+  [[nodiscard]] const T& inner() const noexcept { return inner_; }
+  [[nodiscard]] const fork_pricing& pricing() const noexcept { return m_; }
+  [[nodiscard]] nlohmann::json config() const {
+    nlohmann::json j = config_of(inner_);
+    if (j.is_object()) j["weigh"] = detail::write_fields(m_);
+    return j;
+  }
+
+ private:
+  T inner_;
+  fork_pricing m_;
+};
+
+}  // namespace triggers
+
 static_assert(trigger_policy<triggers::never>);
 static_assert(trigger_policy<triggers::fence_closed>);
 static_assert(trigger_policy<triggers::design_decision>);
@@ -662,6 +842,7 @@ static_assert(trigger_policy<triggers::token_interval>);
 static_assert(trigger_policy<triggers::idle_resources>);
 static_assert(trigger_policy<triggers::any_of>);
 static_assert(trigger_policy<triggers::gated<any_trigger>>);
+static_assert(trigger_policy<triggers::weighed<any_trigger>>);
 static_assert(trigger_policy<any_trigger>);
 
 
@@ -684,7 +865,7 @@ static_assert(trigger_policy<any_trigger>);
  * raised pool utilisation from 0.44 to 0.76; the backoff cut the suite's
  * fork tokens by 30% (docs/policies.md).
  */
-inline any_trigger default_trigger() {
+inline any_trigger paper_trigger() {
   return triggers::any_of(
       triggers::gated<any_trigger>(
           triggers::any_of(triggers::fence_closed{}, triggers::design_decision{}, triggers::implementation_hint{},
@@ -696,14 +877,36 @@ inline any_trigger default_trigger() {
                                                   .max_validation_queue = 16, .max_profiling_queue = 8}));
 }
 
+/**
+ * The default: the paper's trigger set with every fire weighed against its
+ * cost on the server (`triggers::weighed`, `fork_pricing`'s defaults), so
+ * forks that are unlikely to pay for the slowdown they cause every stream are
+ * dropped. docs/policies.md ("Cost-weighed forks") has the model and what it
+ * changes on both corpora at each contention level.
+ */
+inline any_trigger default_trigger(const fork_pricing& pricing = {}) {
+  return triggers::any_of(
+      triggers::gated<any_trigger>(
+          triggers::weighed<any_trigger>(triggers::any_of(triggers::fence_closed{}, triggers::design_decision{},
+                                                          triggers::implementation_hint{}, triggers::function_body_complete{}),
+                                         pricing),
+          triggers::gate{.min_gap_tokens = 256, .min_prefix_tokens = 256, .max_forks_per_round = 24,
+                         .max_forks_in_flight = 4, .max_validation_queue = 16, .max_profiling_queue = 8}),
+      triggers::gated<any_trigger>(
+          triggers::weighed<any_trigger>(triggers::idle_resources{{.samples = 3, .min_tokens = 128, .max_in_flight = 1, .max_backoff = 3}},
+                                         pricing),
+          triggers::gate{.min_prefix_tokens = 256, .max_forks_in_flight = 8, .max_validation_queue = 16, .max_profiling_queue = 8}));
+}
+
 /// The trigger family: its name in configs, its kinds, and the optional
-/// `"gate"` beside any kind.
+/// `"weigh"` and `"gate"` beside any kind.
 struct trigger_family {
   using any = any_trigger;
   static constexpr std::string_view name = "trigger";
-  static constexpr std::array<std::string_view, 1> extra_keys{"gate"};
+  static constexpr std::array<std::string_view, 2> extra_keys{"weigh", "gate"};
   static any_trigger default_one() { return default_trigger(); }
-  static constexpr std::array<builder<any_trigger>, 9> kinds{{
+  static any_trigger paper_one() { return paper_trigger(); }
+  static constexpr std::array<builder<any_trigger>, 10> kinds{{
       from_params<any_trigger, triggers::fence_closed>("fence_closed"),
       from_params<any_trigger, triggers::design_decision>("design_decision"),
       from_params<any_trigger, triggers::implementation_hint>("implementation_hint"),
@@ -712,10 +915,18 @@ struct trigger_family {
       from_params<any_trigger, triggers::idle_resources>("idle_resources"),
       from_params<any_trigger, triggers::never>("never"),
       any_of_builder<trigger_family, triggers::any_of>(),
-      without_params<any_trigger, &default_one>("default")}};
-  /// A `"gate"` beside the kind puts the built trigger behind it.
+      without_params<any_trigger, &default_one>("default"),
+      without_params<any_trigger, &paper_one>("paper")}};
+  /// A `"weigh"` beside the kind weighs the built trigger's fires; a `"gate"`
+  /// puts the result behind a gate.
   static expected<any_trigger, error> finish(const nlohmann::json& j, any_trigger built, std::string_view pointer) {
-    if (!j.is_object() || !j.contains("gate")) return built;
+    if (!j.is_object()) return built;
+    if (j.contains("weigh")) {
+      auto m = detail::read_fields<fork_pricing>(j["weigh"], fmt::format("{}/weigh", pointer));
+      if (!m) return unexpected(m.error());
+      built = any_trigger(triggers::weighed<any_trigger>(std::move(built), *m));
+    }
+    if (!j.contains("gate")) return built;
     return detail::read_fields<triggers::gate>(j["gate"], fmt::format("{}/gate", pointer)).transform([&](const triggers::gate& g) {
       return any_trigger(triggers::gated<any_trigger>(std::move(built), g));
     });

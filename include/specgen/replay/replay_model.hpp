@@ -16,6 +16,7 @@
 #include <specgen/detail/json_fields.hpp>
 #include <specgen/expected.hpp>
 #include <specgen/policy/fields.hpp>
+#include <specgen/contention.hpp>
 #include <specgen/replay/trace.hpp>
 #include <specgen/types.hpp>
 
@@ -42,29 +43,6 @@
 SPECGEN_BEGIN_NAMESPACE
 namespace replay {
 
-/// A named decode slowdown per extra sequence (`slowdown_per_sequence`).
-struct contention_level {
-  std::string_view name;
-  double slowdown_per_sequence = 0;
-};
-/// The band published measurements of batched decoding span (docs/replay-model.md,
-/// "Calibration"): per-stream speed 1 / (1 + a (B - 1)) with a from about 0.01
-/// (flat serving stacks) to about 0.04, 0.025 in the middle.
-inline constexpr std::array<contention_level, 3> contention_levels{
-    {{"low", 0.01}, {"middle", 0.025}, {"high", 0.04}}};
-inline constexpr double contention_middle = contention_levels[1].slowdown_per_sequence;
-
-/// "low", "middle", "high" or a finite number >= 0: a slowdown per extra
-/// sequence; nullopt for anything else.
-inline std::optional<double> parse_contention(std::string_view text) {
-  for (const auto& l : contention_levels)
-    if (text == l.name) return l.slowdown_per_sequence;
-  double v = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(v) || v < 0) return std::nullopt;
-  return v;
-}
-
 /// The timing model's constants. Where a value comes from is said per field;
 /// "chosen" means no source gives it and the value is a plausible default.
 struct replay_params {
@@ -77,10 +55,11 @@ struct replay_params {
   /// Fixed part of the time to first token (scheduling, HTTP round trip). Chosen.
   double first_token_overhead_s = 0.05;
   /// Decode slowdown under load: the per-sequence rate is divided by
-  /// 1 + slowdown_per_sequence * (active sequences - 1). Chosen so that 64
-  /// concurrent sequences decode at about 60% of a lone stream's speed, the
-  /// usual shape of batched decoding on one vLLM replica.
-  double slowdown_per_sequence = 0.01;
+  /// 1 + slowdown_per_sequence * (active sequences - 1). Fitted to published
+  /// measurements of serving stacks (contention.hpp): the middle of the band
+  /// they span, about 0.028 (32 sequences decode at 0.53 of a lone stream's
+  /// speed); `contention_levels` names the band's ends.
+  double slowdown_per_sequence = contention_middle;
   /// Tokens per streamed chunk: vLLM's 16-token KV block, a common server-side
   /// streaming interval. Chosen.
   int chunk_tokens = 16;

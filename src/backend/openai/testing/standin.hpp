@@ -21,7 +21,7 @@ struct standin_options {
   wire format = wire::vllm;
   std::string model = "standin/Qwen3-32B";  ///< "qwen3" in the name: the backend picks its Qwen3 preset
   double tokens_per_s = 70;                 ///< per stream, alone
-  double slowdown_per_sequence = replay::contention_middle;  ///< replay::contention_levels names the band
+  double slowdown_per_sequence = contention_middle;  ///< contention_levels names the band
   int port = 0;                             ///< 0: a free port
 };
 

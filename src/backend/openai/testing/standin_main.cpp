@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
       if (!parse_number(v, x) || x <= 0) return bad_usage(fmt::format("--tokens-per-s must be a number > 0, not \"{}\"", v));
       o.tokens_per_s = x;
     } else if (a == "--contention") {
-      const auto c = replay::parse_contention(v);
+      const auto c = parse_contention(v);
       if (!c) return bad_usage(fmt::format("--contention must be low, middle, high or a number >= 0, not \"{}\"", v));
       o.slowdown_per_sequence = *c;
     } else if (a == "--port") {
