@@ -559,6 +559,9 @@ int bench_engine(const programs::options& a) {
 
 }  // namespace
 
+namespace specgen::bench {
+void add_pool_bench(programs::subcommands& benchmarks);  // pool_bench.cpp
+}
 #ifdef SPECGEN_BENCH_GPU
 namespace specgen::bench {
 int run_gpu_bench(const std::string& cmd, const programs::options& a);  // gpu_bench.cpp
@@ -624,6 +627,7 @@ int main(int argc, char** argv) {
                                   "the engine's own cost: microseconds per event and wall time to simulate 1,000 "
                                   "search rounds",
                                   [](const std::string&, const programs::options& a) { return bench_engine(a); }));
+    bench::add_pool_bench(benchmarks);
     const std::pair<const char*, const char*> gpu[] = {
         {"gpu-latency", "real GPUs: the latency of compiling, validating and profiling each task's kernels"},
         {"gpu-spread", "real GPUs: the spread of repeated profiles of one kernel"},

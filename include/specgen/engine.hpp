@@ -123,6 +123,9 @@ struct run_result {
   /// figure is then this segment's and `pool_utilization_whole_run` is false.
   double pool_utilization = 0;
   bool pool_utilization_whole_run = true;
+  /// Device seconds idle while a validation or profiling job waited
+  /// (scheduler_stats::idle_while_queued), over the span `pool_utilization` covers.
+  double idle_while_queued_seconds = 0;
   std::uint64_t generated_tokens = 0;
   int profiled_kernels = 0;               ///< distinct profiles: identical copies count once
   int stream_failures = 0;                ///< over all searches
@@ -424,11 +427,15 @@ run_result engine<B, E, C>::run() {
   for (auto b : r.scheduler.device_busy) busy += b;
   const duration capacity = (r.scheduler.until - r.scheduler.since) * static_cast<std::int64_t>(r.scheduler.device_busy.size());
   duration all_busy = busy, all_capacity = capacity;
+  const duration idle_queued = r.scheduler.idle_while_queued;
+  duration all_idle_queued = idle_queued;
   for (const auto& seg : earlier_) {
     r.segments.push_back({.start_seconds = to_seconds(seg.start), .end_seconds = to_seconds(seg.last), .completed = seg.completed});
     if (seg.completed && seg.device_busy && seg.device_capacity) {
       all_busy += *seg.device_busy;
       all_capacity += *seg.device_capacity;
+      if (const auto it = seg.summary.find("idle_while_queued_ns"); it != seg.summary.end() && it->is_number_integer())
+        all_idle_queued += duration{it->get<std::int64_t>()};
     } else {
       r.pool_utilization_whole_run = false;
     }
@@ -437,8 +444,10 @@ run_result engine<B, E, C>::run() {
   if (!r.pool_utilization_whole_run) {
     all_busy = busy;
     all_capacity = capacity;
+    all_idle_queued = idle_queued;
   }
   r.pool_utilization = all_capacity > duration{0} ? static_cast<double>(all_busy.count()) / static_cast<double>(all_capacity.count()) : 0;
+  r.idle_while_queued_seconds = to_seconds(all_idle_queued);
   double log_sum = 0;
   nlohmann::json usage_by_search = nlohmann::json::array();
   for (auto& s : searches_) {
@@ -460,6 +469,8 @@ run_result engine<B, E, C>::run() {
                                   {"stream_failures", r.stream_failures},
                                   {"device_busy_ns", busy.count()},
                                   {"device_capacity_ns", capacity.count()},
+                                  {"idle_while_queued_seconds", r.idle_while_queued_seconds},
+                                  {"idle_while_queued_ns", idle_queued.count()},
                                   {"usage_by_search", std::move(usage_by_search)}});
   if (progress_fn_) progress_fn_(progress());
   return r;

@@ -45,6 +45,7 @@ inline void to_json(nlohmann::json& j, const run_result& r) {
   j = {{"e2e_seconds", r.e2e_seconds},
        {"pool_utilization", r.pool_utilization},
        {"pool_utilization_covers", r.pool_utilization_whole_run ? "run" : "last segment"},
+       {"idle_while_queued_seconds", r.idle_while_queued_seconds},
        {"generated_tokens", r.generated_tokens},
        {"profiled_kernels", r.profiled_kernels},
        {"stream_failures", r.stream_failures},

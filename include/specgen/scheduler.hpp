@@ -32,7 +32,10 @@
 ///   finishes its running job first;
 /// - no queue starves: when the split leaves a role with no device at all (one
 ///   device in all, or a static split of 0 or 1), idle devices of the other
-///   role serve it once their own queue is empty.
+///   role serve it once their own queue is empty;
+/// - under a work-conserving policy (`conserves_work()`, elastic's default) an
+///   idle device whose own queue is empty takes the other role's jobs at any
+///   time, keeping its role; no device then idles while a GPU job waits.
 ///
 /// Everything runs on the loop thread. Callbacks may call `enqueue` and
 /// `cancel_group` re-entrantly. The epoch timer is armed only while jobs are
@@ -80,6 +83,13 @@ scheduler_callbacks callbacks_for(E& e) {
 /// Accounting over a window [since, until]. Busy time is measured by the
 /// scheduler (executor time from submit to callback), not taken from the
 /// evaluator's report, so it also covers jobs that were cancelled mid-run.
+///
+/// Idle-while-queued time is device time lost to the split: each device
+/// without a job counts while any validation or profiling job waits, whatever
+/// the device's role, since any device can run any such job. It is integrated
+/// exactly, from the scheduler's state at each change. A work-conserving pool
+/// keeps it at 0 on a virtual clock (on a real one, at most the time the
+/// scheduler's callbacks take between a job's end and the next start).
 struct scheduler_stats {
   timestamp since{0};
   timestamp until{0};
@@ -89,6 +99,9 @@ struct scheduler_stats {
   duration profiling_busy{0};             ///< device time spent on profiling jobs
   duration validation_role_time{0};       ///< device time spent in the validation role, busy or idle
   duration profiling_role_time{0};        ///< device time spent in the profiling role, busy or idle
+  duration idle_while_queued{0};             ///< device time idle while a validation or profiling job waited
+  duration idle_while_validation_queued{0};  ///< the same, counting only while a validation job waited
+  duration idle_while_profiling_queued{0};   ///< the same, counting only while a profiling job waited
   std::size_t max_compile_queue = 0;      ///< longest queues (jobs waiting, not running)
   std::size_t max_validation_queue = 0;
   std::size_t max_profiling_queue = 0;
@@ -120,6 +133,9 @@ inline void to_json(nlohmann::json& j, const scheduler_stats& s) {
        {"profiling_busy_s", to_seconds(s.profiling_busy)},
        {"validation_role_s", to_seconds(s.validation_role_time)},
        {"profiling_role_s", to_seconds(s.profiling_role_time)},
+       {"idle_while_queued_s", to_seconds(s.idle_while_queued)},
+       {"idle_while_validation_queued_s", to_seconds(s.idle_while_validation_queued)},
+       {"idle_while_profiling_queued_s", to_seconds(s.idle_while_profiling_queued)},
        {"max_compile_queue", s.max_compile_queue},
        {"max_validation_queue", s.max_validation_queue},
        {"max_profiling_queue", s.max_profiling_queue},
@@ -135,13 +151,17 @@ class device_scheduler {
   /// job then comes back cancelled with a summary that says why), `compile_slots`
   /// concurrent compile jobs. Both callbacks are required.
   device_scheduler(executor& exec, int devices, int compile_slots, policy::any_pool policy, scheduler_callbacks cb)
-      : exec_(exec), compile_slots_(compile_slots), policy_(std::move(policy)), cb_(std::move(cb)) {
+      : exec_(exec),
+        compile_slots_(compile_slots),
+        policy_(std::move(policy)),
+        work_conserving_(policy_.conserves_work()),
+        cb_(std::move(cb)) {
     if (devices < 0 || compile_slots < 0)
       throw std::invalid_argument("device_scheduler: devices and compile_slots must be >= 0");
     if (!cb_.submit || !cb_.cancel)
       throw std::invalid_argument("device_scheduler: both callbacks (submit and cancel) are required");
     const timestamp t0 = exec_.now();
-    since_ = epoch_start_ = t0;
+    since_ = epoch_start_ = idle_since_ = t0;
     devices_.resize(static_cast<std::size_t>(devices), device_state{.role_since = t0});
     // The first epoch starts now, with nothing observed yet.
     assign_roles(std::clamp(policy_.validation_devices(policy::queue_peaks{}, devices), 0, devices), t0);
@@ -170,6 +190,7 @@ class device_scheduler {
       return id;
     }
     catch_up_epochs();
+    account_idle();
     queues_[at(s)].push_back(queued_job{id, s, std::move(c), std::move(t), group, std::move(done)});
     dispatch();
     arm_epoch();
@@ -181,6 +202,7 @@ class device_scheduler {
   /// group's running jobs (their callbacks come from the evaluator). Returns the
   /// number of queued jobs dropped plus running jobs the evaluator agreed to cancel.
   std::size_t cancel_group(std::uint64_t group, bool running_too) {
+    account_idle();
     std::vector<queued_job> dropped;
     for (auto& q : queues_) {
       const auto first_dropped =
@@ -251,6 +273,10 @@ class device_scheduler {
     s.profiling_busy = busy[at(stage::profile)];
     s.validation_role_time = roles[at(stage::validate)];
     s.profiling_role_time = roles[at(stage::profile)];
+    const auto lost = pending_idle(now);
+    s.idle_while_queued = idle_while_queued_[0] + lost[0];
+    s.idle_while_validation_queued = idle_while_queued_[1] + lost[1];
+    s.idle_while_profiling_queued = idle_while_queued_[2] + lost[2];
     s.max_compile_queue = max_queued_[at(stage::compile)];
     s.max_validation_queue = max_queued_[at(stage::validate)];
     s.max_profiling_queue = max_queued_[at(stage::profile)];
@@ -267,6 +293,8 @@ class device_scheduler {
     role_time_ = {};
     for (auto& d : devices_) d.busy = duration{0};
     for (std::size_t i = 0; i < queues_.size(); ++i) max_queued_[i] = queues_[i].size();
+    idle_while_queued_ = {};
+    idle_since_ = since_;
     completed_ = cancelled_ = 0;
     rebalances_ = 0;
   }
@@ -315,10 +343,12 @@ class device_scheduler {
         std::count_if(devices_.begin(), devices_.end(), [&](const device_state& d) { return d.target == role; }));
   }
 
-  /// The single rule for which work a device may take: its own role's, or a
-  /// role that no device holds (so that queue cannot starve).
+  /// The single rule for which work a device may take: its own role's, a
+  /// role that no device holds (so that queue cannot starve), or, under a
+  /// work-conserving policy, any. Dispatch still offers a device its own role's
+  /// queue first.
   [[nodiscard]] bool serves(std::size_t d, stage s) const noexcept {
-    return devices_[d].role == s || target_count(s) == 0;
+    return devices_[d].role == s || work_conserving_ || target_count(s) == 0;
   }
 
   /// Idle with nothing queued that it may take.
@@ -332,6 +362,30 @@ class device_scheduler {
   [[nodiscard]] bool has_work() const noexcept {
     return !running_.empty() ||
            std::any_of(queues_.begin(), queues_.end(), [](const auto& q) { return !q.empty(); });
+  }
+
+  // ---- idle-while-queued accounting -------------------------------------------
+
+  /// Device time in [idle_since_, now] (clipped to the window) during which a
+  /// device was idle while a GPU job waited: in total, while a validation job
+  /// waited, while a profiling job waited. Exact as long as the state has not
+  /// changed since idle_since_, which account_idle() before every change ensures.
+  [[nodiscard]] std::array<duration, 3> pending_idle(timestamp now) const noexcept {
+    const bool validation_waits = !queues_[at(stage::validate)].empty();
+    const bool profiling_waits = !queues_[at(stage::profile)].empty();
+    if (!validation_waits && !profiling_waits) return {};
+    const auto idle_devices = std::count_if(devices_.begin(), devices_.end(), [](const device_state& d) { return !d.job; });
+    const duration lost = clipped(idle_since_, now) * static_cast<std::int64_t>(idle_devices);
+    return {lost, validation_waits ? lost : duration{0}, profiling_waits ? lost : duration{0}};
+  }
+
+  /// Close the interval since the last change; called before every change to
+  /// the queues or to which devices hold a job.
+  void account_idle() {
+    const timestamp now = exec_.now();
+    const auto lost = pending_idle(now);
+    for (std::size_t i = 0; i < lost.size(); ++i) idle_while_queued_[i] += lost[i];
+    idle_since_ = std::max(idle_since_, now);
   }
 
   static eval_outcome cancelled_outcome(job_id id, stage s, std::string why) {
@@ -403,6 +457,7 @@ class device_scheduler {
   void switch_role(std::size_t d, timestamp when) {
     auto& dev = devices_[d];
     if (dev.role == dev.target) return;
+    account_idle();
     role_time_[at(dev.role)] += clipped(dev.role_since, when);
     dev.role = dev.target;
     dev.role_since = when;
@@ -431,17 +486,18 @@ class device_scheduler {
     peaks_.profiling = std::max(peaks_.profiling, queued(stage::profile));
   }
 
+  /// Every idle device takes a job of its own role first; only then do idle
+  /// devices take the other role's jobs (where `serves` allows), so a device
+  /// never takes a job that a device of its role was free to run.
   void dispatch_pass() {
     while (compiling_ < compile_slots_ && !queues_[at(stage::compile)].empty()) start(pop(stage::compile), -1);
-    for (std::size_t d = 0; d < devices_.size(); ++d) {
-      if (devices_[d].job) continue;
-      const stage own = devices_[d].role;
-      for (stage s : {own, other(own)}) {
+    for (bool own_role : {true, false})
+      for (std::size_t d = 0; d < devices_.size(); ++d) {
+        if (devices_[d].job) continue;
+        const stage s = own_role ? devices_[d].role : other(devices_[d].role);
         if (queues_[at(s)].empty() || !serves(d, s)) continue;
         start(pop(s), static_cast<int>(d));
-        break;
       }
-    }
   }
 
   queued_job pop(stage s) {
@@ -454,6 +510,7 @@ class device_scheduler {
   }
 
   void start(queued_job j, int device) {
+    account_idle();
     running_.emplace(j.id, running_job{j.kind, device, j.group, std::move(j.done), exec_.now()});
     if (device >= 0) devices_[static_cast<std::size_t>(device)].job = j.id;
     else ++compiling_;
@@ -467,6 +524,7 @@ class device_scheduler {
   void finish(job_id id, eval_outcome o) {
     const auto it = running_.find(id);
     if (it == running_.end()) return;  // a second callback for the same job
+    account_idle();
     running_job r = std::move(it->second);
     running_.erase(it);
     const timestamp now = exec_.now();
@@ -492,6 +550,7 @@ class device_scheduler {
   }
 
   void refuse(job_id id, stage s, eval_callback done) {
+    account_idle();  // changes no queue or device today; kept so that every state change closes the interval
     std::string why = s == stage::compile
                           ? "not evaluated: the scheduler has no compile slot (compile_slots = 0); give the "
                             "evaluator at least one compile slot"
@@ -507,6 +566,7 @@ class device_scheduler {
   executor& exec_;
   int compile_slots_;
   policy::any_pool policy_;
+  bool work_conserving_;  ///< the policy's conserves_work(), asked once
   scheduler_callbacks cb_;
   std::vector<device_state> devices_;
   std::array<std::deque<queued_job>, 3> queues_;  ///< indexed by stage
@@ -527,6 +587,8 @@ class device_scheduler {
   std::array<duration, 3> busy_{};       ///< closed busy intervals, by job stage
   std::array<duration, 3> role_time_{};  ///< closed role intervals, by role
   std::array<std::size_t, 3> max_queued_{};
+  timestamp idle_since_{0};                       ///< last change of the idle-while-queued integrand
+  std::array<duration, 3> idle_while_queued_{};  ///< closed intervals: any GPU job, validation, profiling waiting
   std::uint64_t completed_ = 0;
   std::uint64_t cancelled_ = 0;
   int rebalances_ = 0;

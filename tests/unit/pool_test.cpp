@@ -128,7 +128,8 @@ TEST_CASE("config() writes what make_pool reads back to an equal policy") {
   const json je = any_pool(e).config();
   const json js = any_pool(s).config();
   CHECK(je == json::parse(
-                  R"({"elastic":{"min_validation":3,"min_profiling":1,"validation":"fifo","interval_s":0.25}})"));
+                  R"({"elastic":{"min_validation":3,"min_profiling":1,"validation":"fifo","interval_s":0.25,"work_conserving":true}})"));
+  CHECK(js == json::parse(R"({"static_split":{"validation_fraction":0.125,"validation":"lifo","work_conserving":false}})"));
   CHECK(*make_pool(je)->target<elastic>() == e);
   CHECK(*make_pool(js)->target<static_split>() == s);
   CHECK(config_of(e) == je);
@@ -168,3 +169,25 @@ TEST_CASE("an elastic epoch is 0 (never) or at least 0.1 s: a nanosecond epoch w
   CHECK(make_pool(json::parse(R"({"elastic":{"interval_s":0.1}})"))->rebalance_interval() == seconds(0.1));
 }
 
+
+TEST_CASE("elastic conserves work by default; the static split, the fixed baseline, does not unless asked") {
+  CHECK(elastic{}.conserves_work());
+  CHECK_FALSE(elastic{.work_conserving = false}.conserves_work());
+  CHECK_FALSE(static_split{}.conserves_work());
+  CHECK(static_split{.work_conserving = true}.conserves_work());
+  CHECK(any_pool{}.conserves_work());
+  CHECK_FALSE(any_pool(static_split{}).conserves_work());
+  CHECK(any_pool(static_split{.work_conserving = true}).conserves_work());
+  CHECK_FALSE(any_pool(everything_validates{}).conserves_work());  // a policy without the member keeps strict roles
+
+  auto strict = make_pool(json::parse(R"({"elastic":{"work_conserving":false}})"));
+  REQUIRE(strict);
+  CHECK(*strict->target<elastic>() == elastic{.work_conserving = false});
+  CHECK_FALSE(strict->conserves_work());
+  auto lending = make_pool(json::parse(R"({"static_split":{"work_conserving":true}})"));
+  REQUIRE(lending);
+  CHECK(lending->conserves_work());
+  auto bad = make_pool(json::parse(R"({"elastic":{"work_conserving":"yes"}})"));
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().what(), Catch::StartsWith("/elastic/work_conserving: ") && Catch::Contains("true or false"));
+}

@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 using namespace specgen;
@@ -193,7 +194,8 @@ TEST_CASE("the split follows the previous epoch's peak queue lengths") {
   event_loop<virtual_clock> loop;
   fake_evaluator ev{.ex = loop, .n_devices = 4};
   ev.by_stage[stage::validate] = seconds(3);
-  device_scheduler sched(loop, 4, 1, elastic{.interval = seconds(10)}, callbacks_for(ev));
+  // strict roles, so that the queues build up as the split dictates
+  device_scheduler sched(loop, 4, 1, elastic{.interval = seconds(10), .work_conserving = false}, callbacks_for(ev));
   CHECK(sched.devices_in(stage::validate) == 2);  // first epoch: nothing seen yet, even split
   // 8 validation jobs on 2 devices (peak queue 6), 4 profiling jobs on 2 (peak 2): 4 * 6/8 = 3
   for (candidate_id c = 1; c <= 8; ++c) sched.enqueue(stage::validate, cand(c), the_task, 0, nullptr);
@@ -431,7 +433,7 @@ TEST_CASE("with a single device, it validates and also serves profiling") {
 TEST_CASE("idle counts free devices by role, and the hook fires when a device runs dry") {
   event_loop<virtual_clock> loop;
   fake_evaluator ev{.ex = loop, .n_devices = 4, .n_slots = 2};
-  device_scheduler sched(loop, 4, 2, elastic{}, callbacks_for(ev));
+  device_scheduler sched(loop, 4, 2, elastic{.work_conserving = false}, callbacks_for(ev));
   std::vector<timestamp> idle_at;
   sched.on_idle([&] { idle_at.push_back(loop.now()); });
   CHECK(sched.idle(stage::validate) == 2);
@@ -497,4 +499,169 @@ TEST_CASE("the same scheduler runs on a real-time loop and lets it finish") {
   const auto st = sched.stats();
   CHECK(st.utilisation() > 0);
   CHECK(st.utilisation() <= 1);
+}
+
+TEST_CASE("under a work-conserving pool idle counts every free device, for either stage") {
+  event_loop<virtual_clock> loop;
+  fake_evaluator ev{.ex = loop, .n_devices = 4, .n_slots = 2};
+  device_scheduler sched(loop, 4, 2, elastic{}, callbacks_for(ev));
+  std::vector<timestamp> idle_at;
+  sched.on_idle([&] { idle_at.push_back(loop.now()); });
+  CHECK(sched.idle(stage::validate) == 4);
+  CHECK(sched.idle(stage::profile) == 4);
+  for (candidate_id c = 1; c <= 3; ++c) sched.enqueue(stage::validate, cand(c), the_task, 0, nullptr);
+  CHECK(sched.idle(stage::validate) == 1);  // the third job went to a profiling device
+  CHECK(sched.idle(stage::profile) == 1);
+  CHECK(sched.queued(stage::validate) == 0);
+  CHECK(sched.devices_in(stage::validate) == 2);  // borrowing changes no role
+  loop.run();
+  CHECK(idle_at == std::vector<timestamp>{seconds(2), seconds(2), seconds(2)});
+}
+
+TEST_CASE("a work-conserving device takes its own role's jobs first, then the other queue's, in that queue's order") {
+  event_loop<virtual_clock> loop;
+  fake_evaluator ev{.ex = loop};
+  // device 0 validates, device 1 profiles
+  device_scheduler sched(loop, 2, 1, static_split{.validation = queue_order::lifo, .work_conserving = true},
+                         callbacks_for(ev));
+  for (candidate_id c = 1; c <= 4; ++c) sched.enqueue(stage::validate, cand(c), the_task, 0, nullptr);
+  sched.enqueue(stage::profile, cand(10), the_task, 0, nullptr);
+  loop.run();
+  // t = 0: device 0 takes job 1, device 1 borrows job 2. t = 2: device 0 takes the latest
+  // validation job (LIFO), device 1 its own role's profile job, not validation job 3.
+  // t = 4: device 0 takes job 3.
+  std::vector<std::tuple<candidate_id, int, timestamp>> got;
+  for (const auto& r : ev.started) got.emplace_back(r.cand, r.device, r.at);
+  CHECK(got == std::vector<std::tuple<candidate_id, int, timestamp>>{
+                   {1, 0, seconds(0)}, {2, 1, seconds(0)}, {4, 0, seconds(2)}, {10, 1, seconds(2)}, {3, 0, seconds(4)}});
+  CHECK(sched.role(0) == stage::validate);
+  CHECK(sched.role(1) == stage::profile);
+  CHECK(sched.stats().idle_while_queued == duration{0});
+  CHECK(sched.stats().validation_role_time == seconds(6));  // roles are kept while borrowing
+}
+
+TEST_CASE("idle-while-queued time is exact for a known schedule under a static split") {
+  event_loop<virtual_clock> loop;
+  fake_evaluator ev{.ex = loop};  // validate 2 s, profile 3 s
+  device_scheduler sched(loop, 2, 1, static_split{}, callbacks_for(ev));  // device 0 validates, device 1 profiles
+  for (candidate_id c = 1; c <= 3; ++c) sched.enqueue(stage::validate, cand(c), the_task, 0, nullptr);
+  // device 0: 1 [0, 2], 2 [2, 4], 3 [4, 6]; the validation queue waits during [0, 4)
+  loop.at(seconds(1), [&] { sched.enqueue(stage::profile, cand(11), the_task, 0, nullptr); });  // device 1: [1, 4]
+  loop.at(seconds(5), [&] {
+    sched.enqueue(stage::profile, cand(12), the_task, 0, nullptr);  // device 1: [5, 8]
+    sched.enqueue(stage::profile, cand(13), the_task, 0, nullptr);  // waits [5, 8), then device 1: [8, 11]
+  });
+  // Lost: device 1 idle in [0, 1) beside queued validation (1 s); device 0 idle in
+  // [6, 8) beside a queued profile (2 s).
+  std::optional<scheduler_stats> at_7;
+  loop.at(seconds(7), [&] {
+    at_7 = sched.stats();  // up to now: 1 s closed, [6, 7) still open
+    sched.reset_stats();
+  });
+  loop.run();
+  REQUIRE(at_7);
+  CHECK(at_7->idle_while_queued == seconds(2));
+  CHECK(at_7->idle_while_validation_queued == seconds(1));
+  CHECK(at_7->idle_while_profiling_queued == seconds(1));
+  const auto s = sched.stats();  // the window [7, 11]: device 0 idle in [7, 8) beside a queued profile
+  CHECK(s.since == seconds(7));
+  CHECK(s.until == seconds(11));
+  CHECK(s.idle_while_queued == seconds(1));
+  CHECK(s.idle_while_validation_queued == duration{0});
+  CHECK(s.idle_while_profiling_queued == seconds(1));
+  CHECK(nlohmann::json(s).at("idle_while_queued_s").get<double>() == Approx(1.0));
+  CHECK(nlohmann::json(*at_7).at("idle_while_validation_queued_s").get<double>() == Approx(1.0));
+
+  // The whole run again in one window: 1 s + 2 s.
+  event_loop<virtual_clock> loop2;
+  fake_evaluator ev2{.ex = loop2};
+  device_scheduler whole(loop2, 2, 1, static_split{}, callbacks_for(ev2));
+  for (candidate_id c = 1; c <= 3; ++c) whole.enqueue(stage::validate, cand(c), the_task, 0, nullptr);
+  loop2.at(seconds(1), [&] { whole.enqueue(stage::profile, cand(11), the_task, 0, nullptr); });
+  loop2.at(seconds(5), [&] {
+    whole.enqueue(stage::profile, cand(12), the_task, 0, nullptr);
+    whole.enqueue(stage::profile, cand(13), the_task, 0, nullptr);
+  });
+  loop2.run();
+  CHECK(whole.stats().idle_while_queued == seconds(3));
+  CHECK(whole.stats().idle_while_validation_queued == seconds(1));
+  CHECK(whole.stats().idle_while_profiling_queued == seconds(2));
+  CHECK(whole.stats().until == seconds(11));
+}
+
+TEST_CASE("cancelling queued jobs ends the idle-while-queued time they caused") {
+  event_loop<virtual_clock> loop;
+  fake_evaluator ev{.ex = loop};
+  device_scheduler sched(loop, 2, 1, static_split{}, callbacks_for(ev));
+  sched.enqueue(stage::validate, cand(1), the_task, 1, nullptr);  // device 0: [0, 2]
+  sched.enqueue(stage::validate, cand(2), the_task, 2, nullptr);  // waits; device 1 may not take it
+  loop.at(seconds(0.5), [&] { sched.cancel_group(2, false); });
+  loop.run();
+  CHECK(sched.stats().idle_while_queued == seconds(0.5));
+}
+
+TEST_CASE("a work-conserving pool never idles a device while a GPU job waits; a static split does") {
+  // Random arrivals of chained compile -> validate -> profile work, random job
+  // lengths, random cancellations: the same load under each policy.
+  auto run = [](any_pool policy) {
+    event_loop<virtual_clock> loop;
+    fake_evaluator ev{.ex = loop, .n_devices = 4, .n_slots = 2};
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> length(0.05, 5.0), arrival(0.0, 120.0);
+    for (candidate_id c = 1; c <= 900; ++c) ev.by_candidate[c] = seconds(length(rng));
+    device_scheduler sched(loop, 4, 2, std::move(policy), callbacks_for(ev));
+    std::function<void(candidate_id, stage)> chain = [&](candidate_id c, stage s) {
+      // a candidate's stages are ids c, c + 300, c + 600, so each stage has its own length
+      const candidate_id id = c + 300 * static_cast<candidate_id>(s);
+      sched.enqueue(s, cand(id), the_task, c % 7, [&, c, s](eval_outcome o) {
+        if (o.cancelled || s == stage::profile) return;
+        if (s == stage::compile) chain(c, stage::validate);
+        else if (c % 2 == 0) chain(c, stage::profile);  // half the validated candidates are profiled
+      });
+    };
+    for (candidate_id c = 1; c <= 300; ++c) {
+      const bool direct = c % 3 == 0;  // some go straight to validation, as resumed work does
+      loop.at(seconds(arrival(rng)), [&chain, c, direct] { chain(c, direct ? stage::validate : stage::compile); });
+    }
+    for (int g = 1; g <= 3; ++g)
+      loop.at(seconds(30.0 * g), [&sched, g] { sched.cancel_group(static_cast<std::uint64_t>(g), g == 2); });
+    // An independent estimate: sample the state every 5 ms and add up.
+    double sampled_s = 0;
+    constexpr double step = 0.005;
+    for (int i = 0; i < 100'000; ++i)
+      loop.at(seconds(step * (i + 0.5)), [&] {
+        const bool waits = sched.queued(stage::validate) + sched.queued(stage::profile) > 0;
+        if (waits) sampled_s += step * static_cast<double>(4 - ev.busy_devices.size());
+      });
+    duration worst_sample{0};
+    for (int i = 1; i <= 300; ++i)
+      loop.at(seconds(0.41 * i), [&] {
+        const auto st = sched.stats();
+        CHECK(st.idle_while_queued <= 4 * (st.until - st.since));
+        CHECK(st.idle_while_validation_queued <= st.idle_while_queued);
+        CHECK(st.idle_while_profiling_queued <= st.idle_while_queued);
+        worst_sample = std::max(worst_sample, st.idle_while_queued);
+      });
+    loop.run();
+    CHECK_FALSE(ev.overbooked);
+    auto st = sched.stats();
+    CHECK(worst_sample <= st.idle_while_queued);  // it only grows
+    CHECK(ev.started.back().at < seconds(490));  // the samples covered the whole run (jobs last < 5 s)
+    CHECK(to_seconds(st.idle_while_queued) == Approx(sampled_s).margin(0.5).epsilon(0.01));
+    return st;
+  };
+  const auto conserving = run(elastic{.interval = seconds(3)});
+  CHECK(conserving.idle_while_queued == duration{0});
+  CHECK(conserving.idle_while_validation_queued == duration{0});
+  CHECK(conserving.idle_while_profiling_queued == duration{0});
+  CHECK(conserving.max_validation_queue > 0);  // the load did queue work
+  CHECK(conserving.max_profiling_queue > 0);
+
+  const auto strict = run(elastic{.interval = seconds(3), .work_conserving = false});
+  CHECK(strict.idle_while_queued > duration{0});
+  const auto split = run(static_split{});
+  CHECK(split.idle_while_queued > duration{0});
+  CHECK(split.idle_while_queued >= std::max(split.idle_while_validation_queued, split.idle_while_profiling_queued));
+  CHECK(split.idle_while_queued <= split.idle_while_validation_queued + split.idle_while_profiling_queued);
+  CHECK(run(static_split{.work_conserving = true}).idle_while_queued == duration{0});
 }

@@ -17,6 +17,12 @@
 ///
 /// The profiling queue is always FIFO (the paper's choice; a profile has no
 /// reason to overtake an older one).
+///
+/// A third knob, `conserves_work()`, says whether a device whose own role's
+/// queue is empty may take a job of the other role (any GPU can run any
+/// validation or profiling job). `elastic` does by default; `static_split`, the
+/// paper's fixed-split baseline, does not unless asked. A policy type without
+/// the member keeps devices to their roles.
 #include <specgen/clock.hpp>
 #include <specgen/detail/config.hpp>
 #include <specgen/expected.hpp>
@@ -86,7 +92,20 @@ concept pool_policy = requires(const P& p, const queue_peaks& q, int devices) {
   { p.name() } -> std::convertible_to<std::string>;
 };
 
+/// Whether `p` lets an idle device take the other role's jobs once its own
+/// role's queue is empty: `p.conserves_work()` where the policy has that
+/// member, otherwise false (devices keep to their roles).
+template <class P>
+[[nodiscard]] bool conserves_work_of(const P& p) {
+  if constexpr (requires { { p.conserves_work() } -> std::convertible_to<bool>; })
+    return static_cast<bool>(p.conserves_work());
+  else
+    return false;
+}
+
 /// A fixed split, decided once: the baselines' statically partitioned pools.
+/// Devices keep to their roles unless `work_conserving` is set (the baselines
+/// leave it off: a fixed split is what they measure).
 ///
 /// @code
 ///   specgen::policy::static_split s{.validation_fraction = 0.25};
@@ -95,6 +114,7 @@ concept pool_policy = requires(const P& p, const queue_peaks& q, int devices) {
 struct static_split {
   double validation_fraction = 0.5;               ///< share of devices that validate, in [0, 1]
   queue_order validation = queue_order::fifo;     ///< baselines serve in arrival order
+  bool work_conserving = false;                   ///< idle devices take the other role's jobs
 
   [[nodiscard]] int validation_devices(const queue_peaks&, int devices) const noexcept {
     if (devices <= 0) return 0;
@@ -104,11 +124,13 @@ struct static_split {
   }
   [[nodiscard]] queue_order validation_order() const noexcept { return validation; }
   [[nodiscard]] duration rebalance_interval() const noexcept { return duration{0}; }
+  [[nodiscard]] bool conserves_work() const noexcept { return work_conserving; }
   [[nodiscard]] std::string name() const { return "static_split"; }
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
     f("validation_fraction", s.validation_fraction, detail::in(0.0, 1.0));
     f("validation", s.validation);
+    f("work_conserving", s.work_conserving);
   }
   friend bool operator==(const static_split&, const static_split&) = default;
 };
@@ -126,8 +148,13 @@ struct static_split {
 /// device, validation wins and the scheduler lets that device serve profiling
 /// too (see device_scheduler).
 ///
+/// Work conserving by default: a device whose own role's queue is empty takes
+/// a queued job of the other role rather than wait for the next epoch, and
+/// keeps its role. The split still decides which queue each device serves
+/// first. `work_conserving = false` gives the paper's strict roles.
+///
 /// @code
-///   specgen::policy::elastic e;                                  // min 1 + 1, LIFO, 5 s epochs
+///   specgen::policy::elastic e;                                  // min 1 + 1, LIFO, 5 s epochs, work conserving
 ///   e.validation_devices({.validation = 6, .profiling = 2}, 8);  // 6
 ///   e.validation_devices({}, 8);                                 // 4 (both empty: even)
 /// @endcode
@@ -139,6 +166,7 @@ struct elastic {
   /// round" and gives no length; this project reads that as a fixed scheduler
   /// epoch, 5 s by default: forks arrive seconds apart while a search round lasts minutes.
   duration interval = seconds(5);
+  bool work_conserving = true;  ///< idle devices take the other role's jobs
 
   [[nodiscard]] int validation_devices(const queue_peaks& q, int devices) const noexcept {
     if (devices <= 0) return 0;
@@ -151,6 +179,7 @@ struct elastic {
   }
   [[nodiscard]] queue_order validation_order() const noexcept { return validation; }
   [[nodiscard]] duration rebalance_interval() const noexcept { return interval; }
+  [[nodiscard]] bool conserves_work() const noexcept { return work_conserving; }
   [[nodiscard]] std::string name() const { return "elastic"; }
   /// In JSON the epoch is `interval_s`, in seconds: at least 0.1 s, because
   /// each epoch is an event of the run (an epoch of a nanosecond would make a
@@ -161,6 +190,7 @@ struct elastic {
     f("min_profiling", s.min_profiling, detail::in(0, limits::max_devices));
     f("validation", s.validation);
     f("interval_s", s.interval, detail::in_or_zero(0.1, 86'400.0, "never"));
+    f("work_conserving", s.work_conserving);
   }
   friend bool operator==(const elastic&, const elastic&) = default;
 };
@@ -175,6 +205,7 @@ struct pool_interface {
     [[nodiscard]] virtual int validation_devices(const queue_peaks& q, int devices) const = 0;
     [[nodiscard]] virtual queue_order validation_order() const = 0;
     [[nodiscard]] virtual duration rebalance_interval() const = 0;
+    [[nodiscard]] virtual bool conserves_work() const { return false; }
   };
   template <class Base, class T>
   struct impl : detail::policy_holder<Base, T> {
@@ -182,6 +213,7 @@ struct pool_interface {
     int validation_devices(const queue_peaks& q, int devices) const override { return this->value.validation_devices(q, devices); }
     queue_order validation_order() const override { return this->value.validation_order(); }
     duration rebalance_interval() const override { return this->value.rebalance_interval(); }
+    bool conserves_work() const override { return conserves_work_of(this->value); }
   };
 };
 
@@ -203,6 +235,8 @@ class any_pool : public basic_any<pool_interface, ownership::shared> {
   [[nodiscard]] int validation_devices(const queue_peaks& q, int devices) const { return self().validation_devices(q, devices); }
   [[nodiscard]] queue_order validation_order() const { return self().validation_order(); }
   [[nodiscard]] duration rebalance_interval() const { return self().rebalance_interval(); }
+  /// Whether idle devices take the other role's jobs (false for a policy without the member).
+  [[nodiscard]] bool conserves_work() const { return self().conserves_work(); }
 };
 
 static_assert(pool_policy<any_pool>);
