@@ -62,6 +62,9 @@ void declare_e2e(programs::options& o) {
              "decode contention levels to run at, each low|middle|high (the\n"
              "band fitted to published serving measurements) or a slowdown per\n"
              "extra sequence in [0, 1] (default low,middle,high)")
+      .value("termination", "JSON",
+             "every mode's termination policy, e.g. '\"never\"' or\n"
+             "'{\"best_so_far\": {}}' (what stopping early costs; default: each mode's own)")
       .value("out", "FILE", "write the JSON results")
       .value("journal-dir", "DIR",
              "write every run's journal there (<mode>.jsonl, <mode>-equal-time.jsonl,\n"
@@ -157,6 +160,7 @@ struct mode_run {
   std::vector<double> best_equal{};  ///< the same, with every mode given sequential's time
   double equal_time_rounds = 0;      ///< mean rounds per search in that time
   double profiled_kernels = 0, pool_utilization = 0, tokens = 0, terminations = 0, forks = 0;
+  double idle_while_queued = 0;  ///< GPU-seconds idle while a GPU job waited
   double wall_seconds = 0;
 };
 
@@ -168,6 +172,7 @@ struct mode_metrics {
   int tasks_at_target = 0;                  ///< (seed, task) pairs
   double profiled_kernels = 0;              ///< mean over seeds
   double pool_utilization = 0;              ///< mean over seeds
+  double idle_while_queued = 0;             ///< mean over seeds
   double tokens = 0;                        ///< mean over seeds
   double best_speedup_geomean = 0;          ///< over every (seed, task)
   double equal_time_best_geomean = 0;       ///< the same, with every mode given sequential's time
@@ -186,6 +191,7 @@ mode_metrics summarize(const std::string& mode, const std::vector<const mode_run
     m.e2e_seconds += r->e2e_seconds / n;
     m.profiled_kernels += r->profiled_kernels / n;
     m.pool_utilization += r->pool_utilization / n;
+    m.idle_while_queued += r->idle_while_queued / n;
     m.tokens += r->tokens / n;
     m.terminations += r->terminations / n;
     m.forks += r->forks / n;
@@ -293,6 +299,7 @@ nlohmann::json metrics_json(const mode_metrics& m) {
           {"tasks_at_target", m.tasks_at_target},
           {"profiled_kernels", m.profiled_kernels},
           {"pool_utilization", m.pool_utilization},
+          {"idle_while_queued_seconds", m.idle_while_queued},
           {"tokens", m.tokens},
           {"best_speedup_geomean", m.best_speedup_geomean},
           {"equal_time_best_speedup_geomean", m.equal_time_best_geomean},
@@ -344,6 +351,12 @@ int bench_e2e(const programs::options& a) {
   cc.params.rounds = equal_time ? rounds * 3 : rounds;
   cc.params.lanes = 4;  // the parallel and evolve modes run 4 lanes
   const auto levels = contention_list(a);
+  std::optional<policy::any_termination> termination;
+  if (a.has("termination")) {
+    auto t = policy::make_termination(nlohmann::json::parse(a.get("termination"), nullptr, false));
+    if (!t) throw std::invalid_argument(fmt::format("--termination: {}", t.error().what()));
+    termination = std::move(*t);
+  }
 
   programs::run_options o;
   o.sim.devices = a.number<int>("devices", 4, limits::devices);
@@ -377,6 +390,7 @@ int bench_e2e(const programs::options& a) {
                         {"server_prefix_hit", o.replay.server_prefix_hit},
                         {"corpus", cc.dir ? programs::corpus_label(*cc.dir) : fmt::format("procedural (seeds {}..{})", corpus_seed, corpus_seed + seeds - 1)},
                         {"run_seeds", fmt::format("{}..{}", run_seed, run_seed + seeds - 1)},
+                        {"termination", termination ? termination->config() : nlohmann::json("each mode's own")},
                         {"levels", nlohmann::json::object()}};
   for (const auto& level : levels) {
     o.replay.slowdown_per_sequence = level.slowdown_per_sequence;
@@ -391,6 +405,7 @@ int bench_e2e(const programs::options& a) {
       if (!cfg) throw std::invalid_argument(cfg.error().what());
       cfg->seed = seed;
       cfg->budget = budget;
+      if (termination) cfg->termination = *termination;
       o.sim.seed = seed;
       o.journal.reset();
       if (journal_dir) {
@@ -419,6 +434,7 @@ int bench_e2e(const programs::options& a) {
         m.e2e_seconds = r.e2e_seconds;
         m.profiled_kernels = static_cast<double>(r.profiled_kernels);
         m.pool_utilization = r.pool_utilization;
+        m.idle_while_queued = r.idle_while_queued_seconds;
         m.tokens = static_cast<double>(r.generated_tokens);
         for (const auto& s : r.searches) {
           m.terminations += static_cast<double>(s.terminations);
@@ -457,14 +473,15 @@ int bench_e2e(const programs::options& a) {
     // 0 when the oracle reaches the target on no task (a plain double: gcc 12 misreads optionals here).
     const double oracle_ttt = geomean(oracle);
 
-    fmt::print("\nmeans over {} seeds; 'best' = geomean best speedup at the iteration budget, 'best@T' = with sequential's time\n", seeds);
-    fmt::print("{:<17} {:>9} {:>10} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7} {:>7}\n", "mode", "e2e (s)", "to target", "reached",
-               "profiled", "util", "tokens", "best", "best@T", "rnd@T");
+    fmt::print("\nmeans over {} seeds; 'idle q' = GPU-seconds idle while a GPU job waited; 'best' = geomean best speedup at the "
+               "iteration budget, 'best@T' = with sequential's time\n", seeds);
+    fmt::print("{:<17} {:>9} {:>10} {:>7} {:>9} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7}\n", "mode", "e2e (s)", "to target", "reached",
+               "profiled", "util", "idle q", "tokens", "best", "best@T", "rnd@T");
     for (const auto& m : results)
-      fmt::print("{:<17} {:>9.0f} {:>10} {:>7} {:>9.1f} {:>6.1f}% {:>7.2f}M {:>6.2f}x {:>6.2f}x {:>7.1f}\n", m.mode,
+      fmt::print("{:<17} {:>9.0f} {:>10} {:>7} {:>9.1f} {:>6.1f}% {:>7.1f}s {:>7.2f}M {:>6.2f}x {:>6.2f}x {:>7.1f}\n", m.mode,
                  m.e2e_seconds, m.seconds_to_target ? fmt::format("{:.0f}", *m.seconds_to_target) : "-",
                  fmt::format("{}/{}", m.tasks_at_target, tasks_total), m.profiled_kernels, 100 * m.pool_utilization,
-                 m.tokens / 1e6, m.best_speedup_geomean, m.equal_time_best_geomean, m.equal_time_rounds);
+                 m.idle_while_queued, m.tokens / 1e6, m.best_speedup_geomean, m.equal_time_best_geomean, m.equal_time_rounds);
     fmt::print("{:<17} {:>9} {:>10} {:>7}\n", "oracle bound", "-", oracle_ttt > 0 ? fmt::format("{:.0f}", oracle_ttt) : "-",
                fmt::format("{}/{}", oracle.size(), tasks_total));
 

@@ -119,11 +119,11 @@ inline constexpr std::array<decode_point, 5> atom_tp8{{{4, 11.20}, {8, 11.98}, {
 /// concurrencies on one deployment.
 inline constexpr std::array<contention_source, 3> published_contention{{
     {"trtllm-gb200", "Qwen3-235B-A22B FP4, GB200, TensorRT-LLM, 1k in / 1k out",
-     "NVIDIA/TensorRT-LLM pull request 11612, Pareto table (Gen TPS/User)", detail::trtllm_gb200},
+     "https://github.com/NVIDIA/TensorRT-LLM/pull/11612, Pareto table (Gen TPS/User)", detail::trtllm_gb200},
     {"sglang-h200", "DeepSeek-R1-0528 FP8, 8x H200 TP8, SGLang 0.5.7, 1k in / 1k out",
-     "SemiAnalysisAI/InferenceX issue 870 (mean TPOT)", detail::sglang_h200},
+     "https://github.com/SemiAnalysisAI/InferenceX/issues/870 (mean TPOT)", detail::sglang_h200},
     {"atom-tp8", "DeepSeek-R1 FP8, TP8 on AMD GPUs, ATOM, 1k in / 1k out",
-     "ROCm/ATOM pull request 409 (TPOT)", detail::atom_tp8},
+     "https://github.com/ROCm/ATOM/pull/409 (TPOT)", detail::atom_tp8},
 }};
 
 /// A named decode slowdown per extra sequence (`slowdown_per_sequence`).

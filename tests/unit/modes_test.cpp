@@ -127,7 +127,11 @@ TEST_CASE("a mode given apart from a config must agree with the policies the con
   REQUIRE(same);
   CHECK(same->trigger.name() == "never");
   CHECK(same->budget.max_rounds == 3);
-  auto full = config_with_mode(to_json(*mode_config("+kv")), "specgen");
+  auto full = config_with_mode(to_json(*mode_config("specgen")), "specgen");
   CHECK(full);
+  // +kv is specgen with the paper's trigger set instead of the weighed default.
+  auto paper = config_with_mode(to_json(*mode_config("+kv")), "specgen");
+  REQUIRE_FALSE(paper);
+  CHECK_THAT(paper.error().message, Catch::Contains("contradicts the config's trigger"));
 }
 

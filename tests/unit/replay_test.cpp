@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
+
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -611,3 +614,31 @@ TEST_CASE("a trace file that is a FIFO is refused at once, and a number too larg
   std::filesystem::remove_all(dir);
 }
 
+
+TEST_CASE("the contention presets are the band the published measurements' fits span") {
+  // A line through exact points is found again: TPOT = 10 (1 + 0.02 (B - 1)).
+  const std::array<decode_point, 3> exact{{{1, 10.0}, {11, 12.0}, {51, 20.0}}};
+  const auto f = fit_contention(exact);
+  CHECK(f.slowdown_per_sequence == Approx(0.02));
+  CHECK(f.tpot1_ms == Approx(10.0));
+  CHECK(fit_error(exact, f).max == Approx(0.0).margin(1e-12));
+  CHECK(f.relative_speed(51) == Approx(0.5));
+
+  std::vector<double> fitted;
+  for (const auto& s : published_contention) {
+    const auto g = fit_contention(s.points);
+    fitted.push_back(g.slowdown_per_sequence);
+    CHECK(fit_error(s.points, g).rms < 0.08);  // a line in B describes every stack to within a few percent
+  }
+  CHECK(contention_levels[0].slowdown_per_sequence == *std::min_element(fitted.begin(), fitted.end()));
+  CHECK(contention_levels[2].slowdown_per_sequence == *std::max_element(fitted.begin(), fitted.end()));
+  CHECK(contention_middle == Approx((contention_low + contention_high) / 2));
+  // The band the sources quote: per-stream speed at 32 streams between about 0.45 and 0.65.
+  CHECK(1 / (1 + contention_high * 31) == Approx(0.45).margin(0.02));
+  CHECK(1 / (1 + contention_low * 31) == Approx(0.66).margin(0.02));
+  CHECK(replay_params{}.slowdown_per_sequence == contention_middle);
+  CHECK(parse_contention("high") == contention_high);
+  CHECK(parse_contention("0.5") == 0.5);
+  CHECK_FALSE(parse_contention("steep"));
+  CHECK_FALSE(parse_contention("-1"));
+}

@@ -319,8 +319,8 @@ TEST_CASE("a resource tick with no new text fires no text trigger") {
   CHECK(t.on_chunk({.text = text + ".\n", .new_from = text.size(), .tokens = 5}, {}));
 }
 
-TEST_CASE("the default trigger is the paper's set: text triggers behind one gate, idle resources behind another") {
-  const auto cfg = default_trigger().config();
+TEST_CASE("the paper's trigger set: text triggers behind one gate, idle resources behind another") {
+  const auto cfg = paper_trigger().config();
   REQUIRE(cfg.contains("any_of"));
   REQUIRE(cfg["any_of"].size() == 2);
   const auto& text = cfg["any_of"][0];
@@ -342,7 +342,7 @@ TEST_CASE("the default trigger is the paper's set: text triggers behind one gate
   CHECK(rebuilt->config() == cfg);
 
   // It forks on a draft-early trace once enough reasoning has passed.
-  any_trigger t = default_trigger();
+  any_trigger t = paper_trigger();
   std::string big(2000, ' ');
   big += std::string(draft_early);
   int fired = 0;
@@ -386,6 +386,71 @@ TEST_CASE("trigger configs round-trip through JSON") {
         nlohmann::json::parse(R"({"samples": 2, "languages": ["cuda", "cu", "cpp", "c++"]})"));
   CHECK(make_trigger("fence_closed")->config() == config_of(triggers::fence_closed{}));
   CHECK(make_trigger("default")->config() == default_trigger().config());
+  CHECK(make_trigger("paper")->config() == paper_trigger().config());
+}
+
+TEST_CASE("the default trigger is the paper's set with every fire weighed against its cost") {
+  const auto cfg = default_trigger().config();
+  const auto paper = paper_trigger().config();
+  REQUIRE(cfg["any_of"].size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(cfg["any_of"][i]["gate"] == paper["any_of"][i]["gate"]);
+    CHECK(cfg["any_of"][i]["weigh"] == specgen::detail::write_fields(fork_pricing{}));
+  }
+  auto rebuilt = make_trigger(cfg);
+  REQUIRE(rebuilt);
+  CHECK(rebuilt->config() == cfg);
+}
+
+TEST_CASE("appraise_fork prices a fork by the slowdown it causes and the remaining reasoning a win saves") {
+  const fork_pricing m{.slowdown_per_sequence = 0.03, .prior_win = 0.2, .prior_forks = 4, .sample_tokens = 500,
+                       .reasoning_tokens = 6000};
+  // N = 21 sequences; K = 2 samples of 500 tokens: C = 21 * 0.03 * 2 * 500 / (1 + 0.03 * 20) = 393.75.
+  trigger_context c{.sequences = 21, .main_streams = 20};
+  auto v = appraise_fork(m, "fence_closed", 2, 2000, c);
+  CHECK(v.chance == Approx(0.2));
+  CHECK(v.remaining == Approx(4000));
+  CHECK(v.cost == Approx(393.75));
+  // B = 0.2 * 4000 * (1 + 20 * 0.03 / (1 + 0.03 * 19)) = 800 * 1.38217 = 1105.7.
+  CHECK(v.benefit == Approx(800 * (1 + 0.6 / 1.57)));
+  CHECK_FALSE(v.saturated);
+  CHECK(v.go);
+
+  // The record of wins moves the chance: the run's towards the prior, the search's towards the run's.
+  fork_yields run, search;
+  for (int i = 0; i < 12; ++i) run.add_fork("fence_closed", false);
+  search.add_fork("fence_closed", false);
+  c.run_yields = &run;
+  c.search_yields = &search;
+  const double p_run = (0 + 0.2 * 4) / (12 + 4.0);
+  v = appraise_fork(m, "fence_closed", 2, 2000, c);
+  CHECK(v.chance == Approx((0 + p_run * 4) / (1 + 4.0)));
+  CHECK_FALSE(v.go);  // 0.04 * 4000 * 1.38 = 221 < 394
+  run.add_win("fence_closed");
+  CHECK(run.of("fence_closed") == fork_yield{.forks = 12, .fresh = 0, .wins = 1});
+  CHECK(run.of("design_decision") == fork_yield{});
+  CHECK(run.all().wins == 1);
+
+  // A stream past its expected length still has the floor left; a full server raises the bar.
+  trigger_context late{.sequences = 21, .main_streams = 20, .lanes_waiting = true, .expected_tokens = 3000};
+  v = appraise_fork(m, "design_decision", 2, 5000, late);
+  CHECK(v.remaining == Approx(300));
+  CHECK(v.saturated);
+  trigger_context busy{.sequences = 60, .main_streams = 60};
+  CHECK(appraise_fork(m, "x", 1, 0, busy).saturated);  // 60 streams decode at 1 / (1 + 0.03 * 59) < 0.5
+
+  // A weighed trigger drops the fires that do not pay.
+  triggers::weighed w{triggers::token_interval{{.samples = 2, .every_tokens = 100}}, m};
+  CHECK(w.on_chunk({.text = "", .new_from = 0, .tokens = 100}, {.sequences = 21, .main_streams = 20}));
+  const fork_pricing dear{.slowdown_per_sequence = 0.03, .prior_win = 0.001, .prior_forks = 4};
+  triggers::weighed w2{triggers::token_interval{{.samples = 2, .every_tokens = 100}}, dear};
+  CHECK_FALSE(w2.on_chunk({.text = "", .new_from = 0, .tokens = 100}, {.sequences = 21, .main_streams = 20}));
+  auto back = make_trigger(any_trigger(w2).config());
+  REQUIRE(back);
+  CHECK(back->config()["weigh"]["prior_win"] == 0.001);
+  auto bad = make_trigger(nlohmann::json::parse(R"({"never": {}, "weigh": {"prior_win": 2}})"));
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().what(), Catch::Contains("/weigh/prior_win"));
 }
 
 TEST_CASE("make_trigger rejects bad configs with messages that say what to fix") {
