@@ -11,6 +11,7 @@
 // moderate one, as multiples of the pool's capacity) it prints the pool's
 // utilisation, the device time idle while a job waited, and the jobs completed
 // within the measured window. Nothing here asserts a time.
+#include "gpu_support.hpp"  // write_json
 #include "support/cli.hpp"
 
 #include <specgen/clock.hpp>
@@ -21,7 +22,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -247,12 +247,7 @@ int run(const programs::options& a) {
   fmt::print("\nidle while queued: device time a GPU sat idle while a validation or profiling job waited "
              "(share of all device time);\nmean wait: from enqueue to start, over the jobs started in the window "
              "(under overload the jobs never started are not in it)\n");
-  if (a.has("json")) {
-    std::ofstream f(a.get("json"));
-    f << out.dump(2) << '\n';
-    if (!f) throw std::runtime_error(fmt::format("cannot write {}", a.get("json")));
-    fmt::print("wrote {}\n", a.get("json"));
-  }
+  write_json(a, out);
   return 0;
 }
 
