@@ -153,6 +153,9 @@ class engine final : private stream_sink {
                                    .cancel = [this](job_id id) { return eval_.cancel(id); }}) {
     const int backend_limit = static_cast<int>(model_.limits().max_concurrent_streams);
     max_streams_ = cfg_.max_streams > 0 ? std::min(cfg_.max_streams, backend_limit) : backend_limit;
+    // Slots kept for forks; at least one main stream can always run.
+    const int kept = static_cast<int>(std::clamp(cfg_.fork_slot_share, 0.0, 0.9) * max_streams_);
+    main_streams_cap_ = std::max(max_streams_ - kept, 1);
     sched_.on_idle([this] { tick_triggers(); });
   }
   engine(const engine&) = delete;  // the scheduler and the backend hold callbacks into this object
@@ -353,6 +356,7 @@ class engine final : private stream_sink {
   /// Copies of one kernel, by content hash; a copy is (search, record index).
   kernel_dedup<std::pair<int, std::size_t>, evaluation> dedup_;
   int max_streams_ = 64;
+  int main_streams_cap_ = 64;  ///< main streams may hold this many slots; the rest are the forks'
   int active_streams_ = 0;
   // What a cost-weighing trigger sees of the server's load and of the forks so far.
   int main_streams_ = 0;      ///< main streams started and not ended
@@ -517,11 +521,13 @@ void engine<B, E, C>::start_round(search_rt& s) {
 
 template <backend B, evaluator E, clock C>
 void engine<B, E, C>::pump_waiting_streams() {
-  while (!waiting_.empty() && active_streams_ < max_streams_) {
+  while (!waiting_.empty() && active_streams_ < max_streams_ && main_streams_ < main_streams_cap_) {
     auto [si, li] = waiting_.front();
     waiting_.pop_front();
     auto& s = *searches_[static_cast<std::size_t>(si)];
-    if (s.done || static_cast<std::size_t>(li) >= s.lanes.size() || s.lanes[static_cast<std::size_t>(li)].started) continue;
+    if (s.done || static_cast<std::size_t>(li) >= s.lanes.size()) continue;
+    // A lane a round-scope stop ended before it got a slot is never started.
+    if (const auto& l = s.lanes[static_cast<std::size_t>(li)]; l.started || l.ended) continue;
     start_lane_stream(s, li);
   }
 }
@@ -597,6 +603,20 @@ void engine<B, E, C>::on_chunk(const stream_chunk& c) {
 template <backend B, evaluator E, clock C>
 void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_from) {
   if (s.done || l.ended || l.terminated || !l.trig) return;
+  // What a win would stop: this lane, or under a round-scope stop every lane
+  // of the round (those still waiting for a slot would never start).
+  int stopped = 1, unstarted = 0;
+  std::uint64_t stopped_tokens = l.reasoning_tokens;
+  if (cfg_.termination_scope == policy::termination_scope::round)
+    for (const auto& o : s.lanes) {
+      if (&o == &l || o.ended || o.terminated) continue;
+      if (!o.started) {
+        ++unstarted;
+        continue;
+      }
+      ++stopped;
+      stopped_tokens += o.reasoning_tokens;
+    }
   const policy::trigger_context ctx{.now = loop_.now(),
                             .idle_validation = sched_.idle(stage::validate),
                             .idle_profiling = sched_.idle(stage::profile),
@@ -610,6 +630,9 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
                             .main_streams = main_streams_,
                             .lanes_waiting = !waiting_.empty(),
                             .expected_tokens = expected_reasoning(s),
+                            .win_stops = stopped,
+                            .win_stops_tokens = stopped_tokens,
+                            .win_drops = unstarted,
                             .fork_sample_tokens = fork_samples_ended_ > 0 ? static_cast<double>(fork_sample_tokens_) /
                                                                                 static_cast<double>(fork_samples_ended_)
                                                                           : 0.0,
@@ -618,8 +641,9 @@ void engine<B, E, C>::consider_fork(search_rt& s, lane_rt& l, std::size_t new_fr
   const policy::stream_view view{.text = l.reasoning, .new_from = new_from, .tokens = l.reasoning_tokens};
   auto fire = l.trig->on_chunk(view, ctx);
   if (!fire) return;
-  if (active_streams_ >= max_streams_ || !waiting_.empty()) {
+  if (active_streams_ >= max_streams_ || (!waiting_.empty() && main_streams_ < main_streams_cap_)) {
     // A late fork is worthless and must never delay a main stream: skip it.
+    // Lanes held back only by the slots kept for forks (`fork_slot_share`) do not count.
     ++s.res.forks_skipped;
     journal(journal_records::fork_skipped, {{"search", s.index}, {"round", s.round}, {"lane", l.lane}, {"trigger", fire->trigger},
                              {"prefix_tokens", l.reasoning_tokens}});
@@ -924,8 +948,11 @@ void engine<B, E, C>::finalize(search_rt& s, std::size_t idx, evaluation e, bool
         run_yields_.add_win(r.cand->prov.trigger);
       }
       if (wins && r.cand->prov.round == s.round && !s.done) {
-        auto& l = s.lanes[static_cast<std::size_t>(r.cand->prov.lane)];
-        if (!l.ended && !l.terminated) terminate_lane(s, l, r.cand->id);
+        if (cfg_.termination_scope == policy::termination_scope::round) {
+          for (auto& l : s.lanes) terminate_lane(s, l, r.cand->id);
+        } else {
+          terminate_lane(s, s.lanes[static_cast<std::size_t>(r.cand->prov.lane)], r.cand->id);
+        }
       }
     }
     s.history.push_back(sp);

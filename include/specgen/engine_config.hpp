@@ -78,6 +78,13 @@ struct engine_config {
   sampling main_sampling{};
   sampling fork_sampling{.temperature = 0.1, .top_p = 1.0, .max_tokens = 4096};
   int max_streams = 0;                      ///< 0: the backend's limit
+  /// The share of the stream slots kept for forks, 0 to 0.9: main lanes
+  /// hold at most the other slots (at least one), so a search with more lanes
+  /// than slots can still speculate. 0: main lanes may fill every slot, and a
+  /// fork goes only where a slot is free and no lane waits.
+  double fork_slot_share = 0;
+  /// What a winning fork kernel stops: its lane, or its whole round (policy/termination.hpp).
+  policy::termination_scope termination_scope = policy::termination_scope::lane;
   bool cancel_running_at_round_end = false; ///< also stop running (not only queued) stale jobs
   bool extract_inline_code = true;          ///< forks of think-then-write traces may answer without fences
   policy::any_prompt_builder prompt{};              ///< renders each lane's prompt and gives the system prompt
@@ -90,12 +97,14 @@ inline nlohmann::json to_json(const engine_config& c) {
           {"strategy", c.strategy.config()},
           {"trigger", c.trigger.config()},
           {"termination", c.termination.config()},
+          {"termination_scope", to_string(c.termination_scope)},
           {"pool", c.pool.config()},
           {"kv", c.kv.config()},
           {"budget", detail::write_fields(c.budget)},
           {"main_sampling", c.main_sampling},
           {"fork_sampling", c.fork_sampling},
           {"max_streams", c.max_streams},
+          {"fork_slot_share", c.fork_slot_share},
           {"cancel_running_at_round_end", c.cancel_running_at_round_end},
           {"extract_inline_code", c.extract_inline_code},
           {"prompt", c.prompt.config()}};
@@ -121,8 +130,8 @@ inline expected<void, error> check_known_keys(const nlohmann::json& j, std::stri
 
 /// Refuses a config key that `read_config_fields` does not read (nor `mode`).
 inline expected<void, error> check_config_keys(const nlohmann::json& j) {
-  return check_known_keys(j, "", {"mode", "seed", "strategy", "trigger", "termination", "pool", "kv", "budget",
-                                        "main_sampling", "fork_sampling", "max_streams", "cancel_running_at_round_end",
+  return check_known_keys(j, "", {"mode", "seed", "strategy", "trigger", "termination", "termination_scope", "pool", "kv", "budget",
+                                        "main_sampling", "fork_sampling", "max_streams", "fork_slot_share", "cancel_running_at_round_end",
                                         "extract_inline_code", "prompt"});
 }
 
@@ -139,8 +148,8 @@ inline constexpr std::array<std::string_view, 5> policy_keys{"strategy", "trigge
 
 /**
  * Reads the fields of a JSON config onto `c`: `seed`, `strategy`, `trigger`,
- * `termination`, `pool`, `kv`, `prompt`, `budget`, `main_sampling`,
- * `fork_sampling`, `max_streams`, `cancel_running_at_round_end`,
+ * `termination`, `termination_scope` (`"lane"` or `"round"`), `pool`, `kv`, `prompt`, `budget`, `main_sampling`,
+ * `fork_sampling`, `max_streams`, `fork_slot_share`, `cancel_running_at_round_end`,
  * `extract_inline_code`; absent keys keep `c`'s values. `mode` is accepted
  * and left to the caller (modes.hpp); any other key is an error. Every
  * error's `where` is the JSON pointer of the value at fault
@@ -159,6 +168,7 @@ inline expected<void, error> read_config_fields(const nlohmann::json& j, engine_
   if (auto r = read_policy<policy::strategy_family>(j, "strategy", c.strategy); !r) return r;
   if (auto r = read_policy<policy::trigger_family>(j, "trigger", c.trigger); !r) return r;
   if (auto r = read_policy<policy::termination_family>(j, "termination", c.termination); !r) return r;
+  if (auto r = value("termination_scope", c.termination_scope); !r) return r;
   if (auto r = read_policy<policy::pool_family>(j, "pool", c.pool); !r) return r;
   if (auto r = read_policy<policy::kv_family>(j, "kv", c.kv); !r) return r;
   if (auto r = read_policy<policy::prompt_family>(j, "prompt", c.prompt); !r) return r;
@@ -169,6 +179,7 @@ inline expected<void, error> read_config_fields(const nlohmann::json& j, engine_
   }
   // 0: the backend's own limit on concurrent streams.
   if (auto r = value("max_streams", c.max_streams, in_or_zero(1, 65'536, "the backend's limit")); !r) return r;
+  if (auto r = value("fork_slot_share", c.fork_slot_share, in(0.0, 0.9)); !r) return r;
   for (auto [key, target] : {std::pair{"main_sampling", &c.main_sampling}, std::pair{"fork_sampling", &c.fork_sampling}}) {
     if (!j.contains(key)) continue;
     auto s = read_fields<sampling>(j[key], fmt::format("/{}", key), *target);

@@ -3,18 +3,21 @@
 /// top of each, and every step of the ablation ladder. They are values of
 /// `engine_config`, never separate code paths.
 ///
-/// | mode               | strategy  | trigger  | termination | pool            | KV         |
-/// |--------------------|-----------|----------|-------------|-----------------|------------|
-/// | sequential         | refine    | never    | -           | static, FIFO    | none       |
-/// | parallel           | parallel  | never    | -           | static, FIFO    | none       |
-/// | evolve             | evolve    | never    | -           | static, FIFO    | none       |
-/// | +spec              | refine    | paper    | beats mean  | static, FIFO    | none       |
-/// | +elastic           | refine    | paper    | beats mean  | elastic, FIFO   | none       |
-/// | +priority          | refine    | paper    | beats mean  | elastic, LIFO   | none       |
-/// | +kv                | refine    | paper    | beats mean  | elastic, LIFO   | remote GPU |
-/// | specgen            | refine    | default  | beats mean  | elastic, LIFO   | remote GPU |
-/// | parallel+specgen   | parallel  | default  | beats mean  | elastic, LIFO   | remote GPU |
-/// | evolve+specgen     | evolve    | default  | beats mean  | elastic, LIFO   | remote GPU |
+/// | mode               | strategy  | trigger  | termination         | pool            | KV         |
+/// |--------------------|-----------|----------|---------------------|-----------------|------------|
+/// | sequential         | refine    | never    | -                   | static, FIFO    | none       |
+/// | parallel           | parallel  | never    | -                   | static, FIFO    | none       |
+/// | evolve             | evolve    | never    | -                   | static, FIFO    | none       |
+/// | +spec              | refine    | paper    | beats mean          | static, FIFO    | none       |
+/// | +elastic           | refine    | paper    | beats mean          | elastic, FIFO   | none       |
+/// | +priority          | refine    | paper    | beats mean          | elastic, LIFO   | none       |
+/// | +kv                | refine    | paper    | beats mean          | elastic, LIFO   | remote GPU |
+/// | specgen            | refine    | default  | beats mean          | elastic, LIFO   | remote GPU |
+/// | parallel+specgen   | parallel  | default  | beats mean, round   | elastic, LIFO   | remote GPU |
+/// | evolve+specgen     | evolve    | default  | beats mean, round   | elastic, LIFO   | remote GPU |
+///
+/// "round": a winning fork kernel ends its whole round, every lane
+/// (`termination_scope::round`), not only the lane that forked it.
 ///
 /// The ablation ladder (+spec to +kv) is the paper's system step by step, with
 /// the paper's trigger set (`paper_trigger()`); `specgen` is its last step
@@ -99,6 +102,11 @@ inline expected<engine_config, error> mode_config(std::string_view mode, const m
   if (row->rung >= 1) {
     c.trigger = row->weighed ? default_trigger() : paper_trigger();
     c.termination = default_termination();
+    // A parallel or evolve round ends when one lane's fork wins; refine has one lane either way.
+    if (row->strategy != "refine") c.termination_scope = termination_scope::round;
+    // A quarter of the stream slots stay free for forks, so a search with
+    // more lanes than slots still speculates (docs/policies.md, "Stream slots").
+    if (row->weighed) c.fork_slot_share = 0.25;
   }
   if (row->rung >= 4) c.kv = remote_gpu_kv{};
   return c;

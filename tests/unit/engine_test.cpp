@@ -30,7 +30,11 @@ class checked_backend : private stream_sink {
   backend_limits limits() const { return inner_.limits(); }
   expected<stream_id, error> start_reasoning(const reasoning_request& r, stream_sink& sink) {
     auto id = inner_.start_reasoning(r, *this);
-    if (id) sinks_[*id] = &sink;
+    if (id) {
+      sinks_[*id] = &sink;
+      mains_.insert(*id);
+      main_peak = std::max(main_peak, static_cast<int>(mains_.size()));
+    }
     return id;
   }
   expected<stream_id, error> fork(const fork_request& f, stream_sink& sink) {
@@ -51,6 +55,7 @@ class checked_backend : private stream_sink {
   int bad_prefixes = 0;
   int chunks_after_cancel = 0;
   int forks = 0;
+  int main_peak = 0;  ///< the most main streams live at once
   std::uint64_t tokens = 0;
 
  private:
@@ -60,9 +65,13 @@ class checked_backend : private stream_sink {
     tokens += c.tokens.size();
     sinks_.at(c.id)->on_chunk(c);
   }
-  void on_end(const stream_end& e) override { sinks_.at(e.id)->on_end(e); }
+  void on_end(const stream_end& e) override {
+    mains_.erase(e.id);
+    sinks_.at(e.id)->on_end(e);
+  }
 
   B& inner_;
+  std::set<stream_id> mains_;
   std::map<stream_id, stream_sink*> sinks_;
   std::map<stream_id, std::vector<token_id>> emitted_;
   std::set<stream_id> cancelled_;
@@ -565,6 +574,98 @@ TEST_CASE("early termination stops the main reasoning when a fork beats the hist
   cfg.termination = termination::never{};
   auto r2 = never_stop.run(std::move(cfg));
   for (const auto& s : r2.searches) CHECK(s.terminations == 0);
+}
+
+namespace {
+
+/// Per (search, round): when the first lane was stopped, the lanes stopped,
+/// and the lanes whose main answer became a candidate before that.
+struct round_stops {
+  double first_stop = -1;
+  std::set<int> stopped, answered_before;
+  std::set<std::int64_t> by;  ///< the winning kernels that stopped lanes
+  bool own_lane_only = true;  ///< every stopped lane was stopped by a kernel of its own forks
+};
+
+std::map<std::pair<int, int>, round_stops> stops_of(const std::filesystem::path& journal, int lanes) {
+  std::map<std::pair<int, int>, round_stops> out;
+  std::vector<nlohmann::json> answers;
+  std::map<std::int64_t, int> lane_of;  // candidate -> the lane that made it
+  std::ifstream in(journal);
+  for (std::string line; std::getline(in, line);) {
+    auto r = nlohmann::json::parse(line);
+    if (r["type"] == "terminated") {
+      auto& st = out[{r["search"].get<int>(), r["round"].get<int>()}];
+      if (st.first_stop < 0) st.first_stop = r["t"].get<double>();
+      st.stopped.insert(r["lane"].get<int>());
+      st.by.insert(r["by"].get<std::int64_t>());
+      if (lane_of.at(r["by"].get<std::int64_t>()) != r["lane"].get<int>()) st.own_lane_only = false;
+    } else if (r["type"] == "candidate") {
+      lane_of[r["candidate"]["id"].get<std::int64_t>()] = r["candidate"]["prov"]["lane"].get<int>();
+      if (r["candidate"]["prov"]["origin"] == "main") answers.push_back(r);
+    }
+  }
+  for (const auto& a : answers) {
+    const auto& prov = a["candidate"]["prov"];
+    auto it = out.find({prov["search"].get<int>(), prov["round"].get<int>()});
+    if (it != out.end() && a["t"].get<double>() <= it->second.first_stop) it->second.answered_before.insert(prov["lane"].get<int>());
+  }
+  for (auto& [k, st] : out) REQUIRE(static_cast<int>(st.stopped.size() + st.answered_before.size()) <= lanes);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a round-scope stop ends every lane of the round; a lane-scope stop only the lane that forked the winner") {
+  constexpr int lanes = 4;
+  auto run = [&](termination_scope scope, const std::string& name) {
+    world w(11, {.tasks = 3, .rounds = 4, .lanes = lanes});
+    auto cfg = config("parallel+specgen", 4, 11);
+    REQUIRE(cfg.termination_scope == termination_scope::round);  // the mode's own choice
+    cfg.termination_scope = scope;
+    cfg.max_streams = 9;  // fewer slots than lanes: some lanes wait for one
+    const auto p = temp_file(name);
+    {
+      journal_writer j(p, false);
+      w.run(std::move(cfg), &j);
+    }
+    return stops_of(p, lanes);
+  };
+  const auto round = run(termination_scope::round, "round-scope.jsonl");
+  REQUIRE_FALSE(round.empty());
+  int others_stopped = 0;
+  for (const auto& [k, st] : round) {
+    INFO("search " << k.first << " round " << k.second);
+    // One win stopped every lane that had not answered yet, waiting ones included.
+    CHECK(st.stopped.size() + st.answered_before.size() == static_cast<std::size_t>(lanes));
+    CHECK(st.by.size() == 1);
+    others_stopped += st.own_lane_only ? 0 : 1;
+  }
+  CHECK(others_stopped > 0);
+  const auto lane = run(termination_scope::lane, "lane-scope.jsonl");
+  REQUIRE_FALSE(lane.empty());
+  for (const auto& [k, st] : lane) {
+    INFO("search " << k.first << " round " << k.second);
+    CHECK(st.own_lane_only);
+    CHECK(st.by.size() == st.stopped.size());
+  }
+}
+
+TEST_CASE("slots kept for forks hold main lanes back and let forks run where lanes wait") {
+  world w(12, {.tasks = 4, .rounds = 3, .lanes = 4});
+  auto cfg = config("parallel+specgen", 3, 12);
+  cfg.max_streams = 8;  // 16 lanes for 8 slots
+  cfg.fork_slot_share = 0.25;
+  auto r = w.run(cfg);
+  CHECK(w.checked.main_peak == 6);  // two of the eight slots are the forks'
+  CHECK(w.checked.forks > 0);
+  for (const auto& s : r.searches) CHECK(s.rounds == 3);
+
+  world none(12, {.tasks = 4, .rounds = 3, .lanes = 4});
+  cfg.fork_slot_share = 0;
+  none.run(cfg);
+  CHECK(none.checked.main_peak == 8);
+  CHECK(none.checked.forks < w.checked.forks);  // lanes that wait keep forks out of every free slot
 }
 
 TEST_CASE("a token budget ends the search and says so") {

@@ -71,6 +71,34 @@ TEST_CASE("overrides apply on top of the mode") {
   CHECK_THAT(bad.error().message, Catch::StartsWith("unknown key 'temprature' (did you mean 'temperature'?)"));
 }
 
+TEST_CASE("a multi-lane speculative mode stops whole rounds and keeps slots for forks; the paper's ladder does neither") {
+  for (auto m : {"parallel+specgen", "evolve+specgen"}) {
+    CAPTURE(m);
+    const auto c = mode_config(m).value();
+    CHECK(c.termination_scope == termination_scope::round);
+    CHECK(c.fork_slot_share == 0.25);
+  }
+  CHECK(mode_config("specgen").value().termination_scope == termination_scope::lane);
+  for (auto m : {"parallel", "+spec", "+kv"}) {
+    CAPTURE(m);
+    const auto c = mode_config(m).value();
+    CHECK(c.termination_scope == termination_scope::lane);
+    CHECK(c.fork_slot_share == 0);
+  }
+  auto c = config_from_json(nlohmann::json::parse(R"({"mode": "parallel+specgen", "termination_scope": "lane", "fork_slot_share": 0.5})"));
+  REQUIRE(c);
+  CHECK(c->termination_scope == termination_scope::lane);
+  CHECK(c->fork_slot_share == 0.5);
+  CHECK(to_json(*c)["termination_scope"] == "lane");
+  auto err = [](const char* text) {
+    auto r = config_from_json(nlohmann::json::parse(text));
+    REQUIRE_FALSE(r);
+    return std::string(r.error().what());
+  };
+  CHECK(err(R"({"termination_scope": "search"})") == R"(/termination_scope: must be one of "lane", "round", got "search")");
+  CHECK_THAT(err(R"({"fork_slot_share": 1})"), Catch::StartsWith("/fork_slot_share: must be a number in [0, 0.9]"));
+}
+
 // ---- hostile and careless configs ------------------------------------------------------------
 
 TEST_CASE("budget fields are read within ranges a run can use") {

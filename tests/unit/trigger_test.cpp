@@ -299,6 +299,24 @@ TEST_CASE("a gated text trigger keeps scanning while its gate is shut") {
   CHECK(t.on_chunk({.text = both, .new_from = first.size(), .tokens = 2000}, {.tokens_since_fork = 2000}));
 }
 
+TEST_CASE("a win that ends the whole round saves every lane's remaining reasoning") {
+  const fork_pricing m{.slowdown_per_sequence = 0.03, .prior_win = 0.2, .prior_forks = 4, .sample_tokens = 500,
+                       .reasoning_tokens = 6000};
+  // N = 21; the win stops M = 4 decoding lanes that wrote 2000 + 3 * 1000 tokens and drops W = 2 waiting ones:
+  // R = 4 * 6000 - 5000 + 2 * 6000 = 31000; the other 17 sequences gain 17 * 0.03 / (1 + 0.03 * 16) each.
+  trigger_context c{.sequences = 21, .main_streams = 20, .win_stops = 4, .win_stops_tokens = 5000, .win_drops = 2};
+  auto v = appraise_fork(m, "fence_closed", 2, 2000, c);
+  CHECK(v.remaining == Approx(31000));
+  CHECK(v.benefit == Approx(0.2 * 31000 * (1 + 17 * 0.03 / 1.48)));
+  CHECK(v.cost == Approx(393.75));  // what the fork costs does not depend on what a win stops
+  // M = 1 and W = 0 is the one-lane formula, whatever win_stops_tokens says.
+  trigger_context one{.sequences = 21, .main_streams = 20, .win_stops = 1, .win_stops_tokens = 99999};
+  CHECK(appraise_fork(m, "fence_closed", 2, 2000, one).benefit == Approx(0.2 * 4000 * (1 + 0.6 / 1.57)));
+  // Lanes past their expected length keep the floor: 10% of 4 * 6000.
+  trigger_context late{.sequences = 21, .main_streams = 20, .win_stops = 4, .win_stops_tokens = 30000};
+  CHECK(appraise_fork(m, "fence_closed", 2, 9000, late).remaining == Approx(2400));
+}
+
 TEST_CASE("copies of a trigger have independent scanning state") {
   any_trigger proto = triggers::fence_closed{};
   const std::string a = "```cuda\nx\n";

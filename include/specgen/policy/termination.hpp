@@ -22,8 +22,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
+#include <cstdint>
 #include <memory>
 #include <numeric>
 #include <span>
@@ -47,6 +49,22 @@ constexpr bool beats(double speedup, double reference, double min_gain) noexcept
 }  // namespace detail
 
 namespace policy {
+
+/**
+ * What a stop stops. `lane`: the lane whose fork produced the kernel, as in
+ * the paper's one-stream loop. `round`: every main lane of the round,
+ * running or still waiting for a stream slot, so a multi-lane round (the
+ * parallel and evolve strategies) ends as soon as one of its lanes' forks
+ * wins instead of waiting for its slowest lane. With one lane the two agree.
+ */
+enum class termination_scope : std::uint8_t { lane, round };
+
+inline constexpr std::array<std::string_view, 2> termination_scope_names{"lane", "round"};
+/// The names the configs' JSON uses (policy/fields.hpp, named_enum).
+constexpr const auto& names_of(termination_scope) noexcept { return termination_scope_names; }
+constexpr std::string_view to_string(termination_scope s) noexcept {
+  return termination_scope_names[static_cast<std::size_t>(s)];
+}
 
 /// Speedups of the search's earlier valid (profiled) kernels, in arrival
 /// order; excludes the kernel being judged.

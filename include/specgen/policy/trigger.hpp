@@ -124,6 +124,14 @@ struct trigger_context {
   /// all (the mean of its earlier complete rounds, else of the run's); 0 when
   /// no stream has finished yet.
   std::uint64_t expected_tokens = 0;
+  /// Main streams a win would stop: 1 (this stream) when a stop ends its
+  /// lane; every decoding lane of the round when it ends the round
+  /// (`termination_scope::round`).
+  int win_stops = 1;
+  /// Reasoning tokens those streams have written, this one's included; read
+  /// only when `win_stops` > 1 (otherwise the stream's own count is used).
+  std::uint64_t win_stops_tokens = 0;
+  int win_drops = 0;  ///< lanes of the round still waiting for a slot that a round-scope win would drop
   double fork_sample_tokens = 0;  ///< mean tokens of a fork sample so far (0: none ended yet)
   const fork_yields* run_yields = nullptr;     ///< every search's forks
   const fork_yields* search_yields = nullptr;  ///< this search's forks
@@ -726,6 +734,16 @@ class gated {
  *
  *     B = p R (1 + (N - 1) a / (1 + a (N - 2)))          stream-tokens
  *
+ * When a stop ends the whole round (`termination_scope::round`), a win stops
+ * the M decoding lanes of the round (`trigger_context::win_stops`) and drops
+ * the W lanes still waiting for a slot (`win_drops`). R is then the remaining
+ * reasoning of all of them, (M + W) times the expected length less what the
+ * M lanes wrote, and the other N - M streams gain in proportion:
+ *
+ *     B = p R (1 + (N - M) a / (1 + a (N - 1 - M)))      stream-tokens
+ *
+ * which is the formula above at M = 1, W = 0.
+ *
  * p is the trigger's record of wins per ended fork in this search, shrunk
  * towards the run's record for that trigger, which is shrunk towards
  * `prior_win`; each shrinkage weighs `prior_forks` forks. A fork goes ahead
@@ -765,7 +783,7 @@ struct fork_pricing {
 /// One fork weighed: the terms of `fork_pricing`'s model.
 struct fork_appraisal {
   double chance = 0;     ///< p
-  double remaining = 0;  ///< R, tokens
+  double remaining = 0;  ///< R, tokens (of every stream a win stops)
   double benefit = 0;    ///< B, stream-tokens
   double cost = 0;       ///< C, stream-tokens
   bool saturated = false;
@@ -784,9 +802,13 @@ inline fork_appraisal appraise_fork(const fork_pricing& m, std::string_view trig
   fork_appraisal v;
   v.chance = std::clamp(shrunk(c.search_yields, shrunk(c.run_yields, m.prior_win)), 0.0, 1.0);
   const double expected = static_cast<double>(c.expected_tokens > 0 ? c.expected_tokens : m.reasoning_tokens);
-  v.remaining = std::max(expected - static_cast<double>(tokens), m.min_remaining * expected);
   const double n = std::max(c.sequences, 1);
-  const double others_gain = (n - 1) * a / (1 + a * std::max(n - 2, 0.0));
+  // The decoding streams a win stops (at least this one, at most every sequence).
+  const double stops = std::clamp(static_cast<double>(c.win_stops), 1.0, n);
+  const double written = static_cast<double>(c.win_stops > 1 ? c.win_stops_tokens : tokens);
+  v.remaining = std::max(stops * expected - written, m.min_remaining * stops * expected) +
+                static_cast<double>(std::max(c.win_drops, 0)) * expected;
+  const double others_gain = (n - stops) * a / (1 + a * std::max(n - 1 - stops, 0.0));
   v.benefit = v.chance * v.remaining * (1 + others_gain);
   const double sample = c.fork_sample_tokens > 0 ? c.fork_sample_tokens : m.sample_tokens;
   v.cost = n * a * static_cast<double>(samples) * sample / (1 + a * (n - 1));
