@@ -65,6 +65,9 @@ void declare_e2e(programs::options& o) {
       .value("termination", "JSON",
              "every mode's termination policy, e.g. '\"never\"' or\n"
              "'{\"best_so_far\": {}}' (what stopping early costs; default: each mode's own)")
+      .value("spec-config", "JSON",
+             "config keys read onto every speculative mode (one whose trigger is not\n"
+             "'never'), e.g. '{\"trigger\": \"paper\"}' or '{\"fork_slot_share\": 0}'")
       .value("out", "FILE", "write the JSON results")
       .value("journal-dir", "DIR",
              "write every run's journal there (<mode>.jsonl, <mode>-equal-time.jsonl,\n"
@@ -363,6 +366,12 @@ int bench_e2e(const programs::options& a) {
     if (!t) throw std::invalid_argument(fmt::format("--termination: {}", t.error().what()));
     termination = std::move(*t);
   }
+  std::optional<nlohmann::json> spec_config;
+  if (a.has("spec-config")) {
+    spec_config = nlohmann::json::parse(a.get("spec-config"), nullptr, false);
+    engine_config probe;
+    if (auto r = read_config_fields(*spec_config, probe); !r) throw std::invalid_argument(fmt::format("--spec-config: {}", r.error().what()));
+  }
 
   programs::run_options o;
   o.sim.devices = a.number<int>("devices", 4, limits::devices);
@@ -397,6 +406,7 @@ int bench_e2e(const programs::options& a) {
                         {"corpus", cc.dir ? programs::corpus_label(*cc.dir) : fmt::format("procedural (seeds {}..{})", corpus_seed, corpus_seed + seeds - 1)},
                         {"run_seeds", fmt::format("{}..{}", run_seed, run_seed + seeds - 1)},
                         {"termination", termination ? termination->config() : nlohmann::json("each mode's own")},
+                        {"spec_config", spec_config ? *spec_config : nlohmann::json(nullptr)},
                         {"levels", nlohmann::json::object()}};
   for (const auto& level : levels) {
     o.replay.slowdown_per_sequence = level.slowdown_per_sequence;
@@ -412,6 +422,8 @@ int bench_e2e(const programs::options& a) {
       cfg->seed = seed;
       cfg->budget = budget;
       if (termination) cfg->termination = *termination;
+      if (spec_config && cfg->trigger.name() != "never")
+        if (auto r = read_config_fields(*spec_config, *cfg); !r) throw std::invalid_argument(r.error().what());
       o.sim.seed = seed;
       o.journal.reset();
       if (journal_dir) {

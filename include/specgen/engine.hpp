@@ -234,7 +234,7 @@ class engine final : private stream_sink {
     std::vector<std::string> texts;
     std::vector<bool> ended;
     int open = 0;
-    bool fresh = false;  ///< a sample yielded a kernel not seen before
+    int fresh_samples = 0;  ///< samples that yielded a kernel not seen before
     std::string error{};  ///< the first sample error's message
     timestamp began{0};
   };
@@ -719,7 +719,7 @@ void engine<B, E, C>::on_end(const stream_end& e) {
                      .prefix_tokens = f.prefix_tokens, .sample = e.sample, .parents = {}};
         if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size())
           p.parents = s.lanes[static_cast<std::size_t>(f.lane)].parents;
-        f.fresh = add_candidate(s, std::move(p), std::move(f.texts[k])) || f.fresh;
+        if (add_candidate(s, std::move(p), std::move(f.texts[k]))) ++f.fresh_samples;
       }
     }
     if (f.open == 0) {
@@ -729,12 +729,13 @@ void engine<B, E, C>::on_end(const stream_end& e) {
       if (timeline_)
         timeline_->span(track_group(s), fmt::format("lane {} forks", f.lane),
                         "fork: " + f.trigger, f.began, loop_.now(), {{"prefix_tokens", f.prefix_tokens}});
-      s.yields.add_fork(f.trigger, f.fresh);
-      run_yields_.add_fork(f.trigger, f.fresh);
+      const int samples = static_cast<int>(f.ended.size());
+      s.yields.add_fork(f.trigger, samples, f.fresh_samples);
+      run_yields_.add_fork(f.trigger, samples, f.fresh_samples);
       if (f.round == s.round && static_cast<std::size_t>(f.lane) < s.lanes.size()) {
         auto& fl = s.lanes[static_cast<std::size_t>(f.lane)];
         --fl.forks_in_flight;
-        fl.barren_forks = f.fresh ? 0 : fl.barren_forks + 1;
+        fl.barren_forks = f.fresh_samples > 0 ? 0 : fl.barren_forks + 1;
       }
       s.forks.erase(e.id);
       forks_.erase(fit);

@@ -299,6 +299,48 @@ TEST_CASE("a gated text trigger keeps scanning while its gate is shut") {
   CHECK(t.on_chunk({.text = both, .new_from = first.size(), .tokens = 2000}, {.tokens_since_fork = 2000}));
 }
 
+TEST_CASE("choose_fork asks for one sample where a fork's samples repeat each other, and for all where they differ") {
+  const fork_pricing m{.slowdown_per_sequence = 0.03, .prior_win = 0.2, .prior_forks = 4, .sample_tokens = 500,
+                       .reasoning_tokens = 6000};
+  const trigger_context base{.sequences = 21, .main_streams = 20};
+  // No record yet: prior_win is the chance of the 3 samples asked for, and every sample counts (prior_distinct 1).
+  // K = 1, 2, 3 win with 1 - 0.8^(K/3); B - C = 199, 369, 515 stream-tokens: all three.
+  auto v = choose_fork(m, "idle_resources", 3, 2000, base);
+  CHECK(v.samples == 3);
+  CHECK(v.chance == Approx(0.2));
+  CHECK(appraise_fork(m, "idle_resources", 1, 2000, base, 3).chance == Approx(1 - std::pow(0.8, 1.0 / 3)));
+
+  // 20 forks of 3 samples, 6 wins: p = (6 + 0.8) / 24. When each fork found one new kernel at most,
+  // d = 4 / 44 and a third sample adds little chance for its cost: one sample.
+  fork_yields redundant, distinct;
+  for (int i = 0; i < 20; ++i) {
+    redundant.add_fork("idle_resources", 3, 1);
+    distinct.add_fork("idle_resources", 3, 3);
+  }
+  for (int i = 0; i < 6; ++i) {
+    redundant.add_win("idle_resources");
+    distinct.add_win("idle_resources");
+  }
+  auto c = base;
+  c.run_yields = &redundant;
+  v = choose_fork(m, "idle_resources", 3, 2000, c);
+  CHECK(v.distinct == Approx(4.0 / 44));
+  CHECK(v.samples == 1);
+  const double p = 6.8 / 24, tries3 = 1 + 2 * (4.0 / 44);
+  CHECK(v.chance == Approx(1 - std::pow(1 - p, 1 / tries3)));
+  CHECK(v.go);
+  // When every sample found its own kernel, d = 1 and all three pay.
+  c.run_yields = &distinct;
+  v = choose_fork(m, "idle_resources", 3, 2000, c);
+  CHECK(v.distinct == Approx(1.0));
+  CHECK(v.samples == 3);
+  // A fork nothing pays for is refused, whatever its size.
+  fork_yields barren;
+  for (int i = 0; i < 40; ++i) barren.add_fork("idle_resources", 3, 0);
+  c.run_yields = &barren;
+  CHECK_FALSE(choose_fork(m, "idle_resources", 3, 2000, c).go);
+}
+
 TEST_CASE("a win that ends the whole round saves every lane's remaining reasoning") {
   const fork_pricing m{.slowdown_per_sequence = 0.03, .prior_win = 0.2, .prior_forks = 4, .sample_tokens = 500,
                        .reasoning_tokens = 6000};
@@ -436,8 +478,8 @@ TEST_CASE("appraise_fork prices a fork by the slowdown it causes and the remaini
 
   // The record of wins moves the chance: the run's towards the prior, the search's towards the run's.
   fork_yields run, search;
-  for (int i = 0; i < 12; ++i) run.add_fork("fence_closed", false);
-  search.add_fork("fence_closed", false);
+  for (int i = 0; i < 12; ++i) run.add_fork("fence_closed", 2, 0);
+  search.add_fork("fence_closed", 2, 0);
   c.run_yields = &run;
   c.search_yields = &search;
   const double p_run = (0 + 0.2 * 4) / (12 + 4.0);
@@ -445,7 +487,7 @@ TEST_CASE("appraise_fork prices a fork by the slowdown it causes and the remaini
   CHECK(v.chance == Approx((0 + p_run * 4) / (1 + 4.0)));
   CHECK_FALSE(v.go);  // 0.04 * 4000 * 1.38 = 221 < 394
   run.add_win("fence_closed");
-  CHECK(run.of("fence_closed") == fork_yield{.forks = 12, .fresh = 0, .wins = 1});
+  CHECK(run.of("fence_closed") == fork_yield{.forks = 12, .fresh = 0, .wins = 1, .samples = 24, .extra_fresh = 0});
   CHECK(run.of("design_decision") == fork_yield{});
   CHECK(run.all().wins == 1);
 

@@ -65,6 +65,10 @@ struct fork_yield {
   std::uint64_t forks = 0;  ///< forks that ended (every sample finished)
   std::uint64_t fresh = 0;  ///< of those, forks that yielded a kernel not seen before
   std::uint64_t wins = 0;   ///< kernels from forks that the termination policy would stop a stream for
+  std::uint64_t samples = 0;      ///< the samples of those forks
+  /// New kernels beyond each fork's first: how often a second or later
+  /// sample of a fork found a kernel its siblings and every earlier one had not.
+  std::uint64_t extra_fresh = 0;
   friend bool operator==(const fork_yield&, const fork_yield&) = default;
 };
 
@@ -72,10 +76,13 @@ struct fork_yield {
 /// fork's chance from. The engine keeps one for the run and one per search.
 class fork_yields {
  public:
-  void add_fork(std::string_view trigger, bool fresh) {
+  /// A fork of `samples` ended; `fresh_samples` of them yielded a kernel not seen before.
+  void add_fork(std::string_view trigger, int samples, int fresh_samples) {
     for (fork_yield* y : {&slot(trigger), &all_}) {
       ++y->forks;
-      if (fresh) ++y->fresh;
+      if (fresh_samples > 0) ++y->fresh;
+      y->samples += static_cast<std::uint64_t>(std::max(samples, 1));
+      y->extra_fresh += static_cast<std::uint64_t>(std::max(fresh_samples - 1, 0));
     }
   }
   void add_win(std::string_view trigger) {
@@ -746,8 +753,16 @@ class gated {
  *
  * p is the trigger's record of wins per ended fork in this search, shrunk
  * towards the run's record for that trigger, which is shrunk towards
- * `prior_win`; each shrinkage weighs `prior_forks` forks. A fork goes ahead
- * when B >= `cost_weight` C. When the server is saturated (main lanes wait for
+ * `prior_win`; each shrinkage weighs `prior_forks` forks.
+ *
+ * Samples of one fork share their prefix and a low temperature, so they often
+ * write the same kernel. d, the share of samples beyond a fork's first that
+ * found a new kernel, is learned the same way (towards `prior_distinct`). A
+ * fork of K samples then counts as e(K) = 1 + (K - 1) d independent tries, and
+ * if the record's forks had K0 samples on average, K samples win with chance
+ * 1 - (1 - p)^(e(K) / e(K0)). The trigger asks for up to K samples;
+ * `choose_fork` takes the K from 1 to that with the largest B - w C. A fork
+ * goes ahead when B >= w C, w = `cost_weight`. When the server is saturated (main lanes wait for
  * a stream slot, or the main streams alone decode below `saturated_speed` of a
  * lone stream), the weight is `saturated_cost_weight`: only forks with a high
  * expected gain go ahead.
@@ -759,6 +774,7 @@ struct fork_pricing {
   double slowdown_per_sequence = contention_middle;
   double prior_win = 0.1;     ///< chance of a win before any fork ended
   double prior_forks = 8;     ///< how many forks the prior weighs
+  double prior_distinct = 1.0;  ///< d before any fork of two or more samples ended
   double sample_tokens = 512; ///< L before any fork sample ended
   std::uint64_t reasoning_tokens = 8192;  ///< a stream's expected length before any stream finished
   double min_remaining = 0.1;  ///< R is at least this fraction of the expected length
@@ -770,6 +786,7 @@ struct fork_pricing {
     f("slowdown_per_sequence", s.slowdown_per_sequence, detail::in(0.0, 100.0));
     f("prior_win", s.prior_win, detail::in(0.0, 1.0));
     f("prior_forks", s.prior_forks, detail::in(0.0, 1e6));
+    f("prior_distinct", s.prior_distinct, detail::in(0.0, 1.0));
     f("sample_tokens", s.sample_tokens, detail::in(1.0, 1e6));
     f("reasoning_tokens", s.reasoning_tokens, detail::in<std::uint64_t>(1, limits::max_tokens));
     f("min_remaining", s.min_remaining, detail::in(0.0, 1.0));
@@ -782,7 +799,9 @@ struct fork_pricing {
 
 /// One fork weighed: the terms of `fork_pricing`'s model.
 struct fork_appraisal {
-  double chance = 0;     ///< p
+  int samples = 1;       ///< K
+  double chance = 0;     ///< the chance that one of the K samples wins
+  double distinct = 1;   ///< d
   double remaining = 0;  ///< R, tokens (of every stream a win stops)
   double benefit = 0;    ///< B, stream-tokens
   double cost = 0;       ///< C, stream-tokens
@@ -791,16 +810,32 @@ struct fork_appraisal {
 };
 
 /// Weighs a fork of `samples` from a stream that has written `tokens`.
+/// `asked`: the samples the trigger asked for (0: `samples`), the fork size
+/// `prior_win` is the chance of until the run has its own record.
 inline fork_appraisal appraise_fork(const fork_pricing& m, std::string_view trigger, int samples, std::uint64_t tokens,
-                                    const trigger_context& c) {
+                                    const trigger_context& c, int asked = 0) {
   const double a = m.slowdown_per_sequence;
-  auto shrunk = [&](const fork_yields* y, double prior) {
+  // A record's rate, shrunk towards `prior` by `prior_forks` forks' weight.
+  auto shrunk = [&](const fork_yields* y, double prior, auto hits, auto trials) {
     if (!y) return prior;
     const fork_yield r = y->of(trigger);
-    return (static_cast<double>(r.wins) + prior * m.prior_forks) / (static_cast<double>(r.forks) + m.prior_forks);
+    return (static_cast<double>(hits(r)) + prior * m.prior_forks) / (static_cast<double>(trials(r)) + m.prior_forks);
   };
+  const auto wins = [](const fork_yield& r) { return r.wins; };
+  const auto forks = [](const fork_yield& r) { return r.forks; };
+  const auto extra_fresh = [](const fork_yield& r) { return r.extra_fresh; };
+  const auto extra = [](const fork_yield& r) { return r.samples - r.forks; };
   fork_appraisal v;
-  v.chance = std::clamp(shrunk(c.search_yields, shrunk(c.run_yields, m.prior_win)), 0.0, 1.0);
+  v.samples = std::max(samples, 1);
+  const double p = std::clamp(shrunk(c.search_yields, shrunk(c.run_yields, m.prior_win, wins, forks), wins, forks), 0.0, 1.0);
+  v.distinct = std::clamp(
+      shrunk(c.search_yields, shrunk(c.run_yields, m.prior_distinct, extra_fresh, extra), extra_fresh, extra), 0.0, 1.0);
+  // p was measured on forks of K0 samples; K samples are e(K) / e(K0) times as many tries.
+  const fork_yield run = c.run_yields ? c.run_yields->of(trigger) : fork_yield{};
+  const double k0 = run.forks > 0 ? static_cast<double>(run.samples) / static_cast<double>(run.forks)
+                                   : static_cast<double>(asked > 0 ? asked : v.samples);
+  const auto tries = [&](double k) { return 1 + (k - 1) * v.distinct; };
+  v.chance = 1 - std::pow(1 - p, tries(v.samples) / tries(k0));
   const double expected = static_cast<double>(c.expected_tokens > 0 ? c.expected_tokens : m.reasoning_tokens);
   const double n = std::max(c.sequences, 1);
   // The decoding streams a win stops (at least this one, at most every sequence).
@@ -818,11 +853,29 @@ inline fork_appraisal appraise_fork(const fork_pricing& m, std::string_view trig
   return v;
 }
 
+/// The fork of 1 to `max_samples` samples worth the most (B - w C), as
+/// `appraise_fork` weighs each; `go` is false when none pays.
+inline fork_appraisal choose_fork(const fork_pricing& m, std::string_view trigger, int max_samples, std::uint64_t tokens,
+                                  const trigger_context& c) {
+  std::optional<fork_appraisal> best;
+  double best_net = 0;
+  for (int k = 1; k <= std::max(max_samples, 1); ++k) {
+    const fork_appraisal v = appraise_fork(m, trigger, k, tokens, c, max_samples);
+    const double net = v.benefit - (v.saturated ? m.saturated_cost_weight : m.cost_weight) * v.cost;
+    if (!best || (v.go && (!best->go || net > best_net))) {
+      best = v;
+      best_net = net;
+    }
+  }
+  return *best;
+}
+
 namespace triggers {
 
 /**
  * A trigger whose fires go ahead only where the fork is worth its cost on
- * the server (`fork_pricing`). The inner trigger sees every chunk; a fire
+ * the server (`fork_pricing`), with as many of the samples the inner trigger
+ * asks for as pay (`choose_fork`). The inner trigger sees every chunk; a fire
  * that does not pay is dropped, like a shut gate's.
  *
  * @code
@@ -836,7 +889,10 @@ class weighed {
 
   [[nodiscard]] std::optional<trigger_fire> on_chunk(const stream_view& v, const trigger_context& c) {
     auto f = inner_.on_chunk(v, c);
-    if (!f || !appraise_fork(m_, f->trigger, f->samples, v.tokens, c).go) return std::nullopt;
+    if (!f) return std::nullopt;
+    const fork_appraisal best = choose_fork(m_, f->trigger, f->samples, v.tokens, c);
+    if (!best.go) return std::nullopt;
+    f->samples = best.samples;
     return f;
   }
   [[nodiscard]] std::string name() const { return std::string(inner_.name()); }
