@@ -881,12 +881,20 @@ int bench_e2e_live(const programs::options& a) {
 #else
   if (a.get("kv") == "gpu") throw std::invalid_argument("--kv gpu: specgen-bench was built without the GPU KV store");
 #endif
+  std::optional<policy::any_termination> termination;  // --termination: every mode's own otherwise
+  if (a.has("termination")) {
+    auto t = policy::make_termination(nlohmann::json::parse(a.get("termination"), nullptr, false));
+    if (!t) throw std::invalid_argument(fmt::format("--termination: {}", t.error().what()));
+    termination = std::move(*t);
+    out["termination"] = termination->config();
+  }
   std::map<std::string, std::map<std::string, run_result>> runs;  // clock -> mode -> result
   for (const auto& mode : chosen) {
     auto config = [&] {
       auto cfg = mode_config(mode);
       if (!cfg) throw std::invalid_argument(cfg.error().what());
       cfg->budget = {.max_rounds = rounds, .max_seconds = max_seconds, .target_speedup = target};
+      if (termination) cfg->termination = *termination;
 #ifdef SPECGEN_BENCH_KV
       if (live_kv && cfg->kv.name() != "no_kv") cfg->kv = gpu::make_gpu_kv(live_kv, kv_model{});
 #endif

@@ -68,6 +68,10 @@ void declare_e2e(programs::options& o) {
       .value("spec-config", "JSON",
              "config keys read onto every speculative mode (one whose trigger is not\n"
              "'never'), e.g. '{\"trigger\": \"paper\"}' or '{\"fork_slot_share\": 0}'")
+      .flag("responsive",
+            "main streams answer feedback: each plays the round after the latest\n"
+            "one whose kernels its prompt reports, and never repeats a kernel\n"
+            "reported as failing (the stand-in server's model, in virtual time)")
       .value("out", "FILE", "write the JSON results")
       .value("journal-dir", "DIR",
              "write every run's journal there (<mode>.jsonl, <mode>-equal-time.jsonl,\n"
@@ -111,6 +115,7 @@ void declare_gpu(programs::options& o) {
              "the contention band; the fork latency (trigger to the request's first\n"
              "byte) is measured")
       .value("tokens-per-s", "R", "e2e-live: decode speed per stream (default 70)")
+      .value("termination", "JSON", "e2e-live: every mode's termination policy (default: each mode's own)")
       .value("contention", "LEVEL",
              "e2e-live: low|middle|high|A slowdown per extra sequence (the band\n"
              "fitted to published serving measurements: 0.017, 0.028, 0.040;\n"
@@ -380,9 +385,9 @@ int bench_e2e(const programs::options& a) {
   const std::uint64_t run_seed = a.number<std::uint64_t>("seed", 1);
 
   fmt::print("specgen-bench e2e: {}, {} rounds x {} seeds, {} simulated GPUs, target {:.2f}x, server prefix hit {:.2f}, "
-             "virtual time\n",
+             "virtual time{}\n",
              cc.dir ? cc.dir->string() : fmt::format("procedural corpus, {} tasks", cc.params.tasks), rounds, seeds,
-             o.sim.devices, target, o.replay.server_prefix_hit);
+             o.sim.devices, target, o.replay.server_prefix_hit, a.has("responsive") ? ", a model that answers feedback" : "");
   // --journal-dir: every run's journal, named [<level>/]<mode>[-equal-time][-seedN].jsonl (specgen-report reads a directory).
   const std::optional<std::filesystem::path> journal_root =
       a.has("journal-dir") ? std::optional<std::filesystem::path>(a.get("journal-dir")) : std::nullopt;
@@ -394,6 +399,11 @@ int bench_e2e(const programs::options& a) {
     if (!corpus) throw std::invalid_argument(corpus.error().what());
     corpora.push_back(std::move(*corpus));
   }
+  // --responsive: one model that answers feedback per corpus, shared by every run on it.
+  const bool responsive = a.has("responsive");
+  std::vector<std::shared_ptr<const replay::responsive_traces>> answering;
+  if (responsive)
+    for (const auto& c : corpora) answering.push_back(std::make_shared<const replay::responsive_traces>(c.traces));
 
   nlohmann::json out = {{"benchmark", "e2e"},
                         {"clock", "virtual"},
@@ -407,6 +417,7 @@ int bench_e2e(const programs::options& a) {
                         {"run_seeds", fmt::format("{}..{}", run_seed, run_seed + seeds - 1)},
                         {"termination", termination ? termination->config() : nlohmann::json("each mode's own")},
                         {"spec_config", spec_config ? *spec_config : nlohmann::json(nullptr)},
+                        {"responsive", responsive},
                         {"levels", nlohmann::json::object()}};
   for (const auto& level : levels) {
     o.replay.slowdown_per_sequence = level.slowdown_per_sequence;
@@ -425,6 +436,7 @@ int bench_e2e(const programs::options& a) {
       if (spec_config && cfg->trigger.name() != "never")
         if (auto r = read_config_fields(*spec_config, *cfg); !r) throw std::invalid_argument(r.error().what());
       o.sim.seed = seed;
+      o.responsive = responsive ? answering[static_cast<std::size_t>(&corpus - corpora.data())] : nullptr;
       o.journal.reset();
       if (journal_dir) {
         o.journal = *journal_dir / fmt::format("{}{}{}.jsonl", mode, equal_time_run ? "-equal-time" : "",

@@ -7,6 +7,7 @@
 #include <specgen/journal.hpp>
 #include <specgen/modes.hpp>
 #include <specgen/replay/replay_model.hpp>
+#include <specgen/replay/responsive.hpp>
 #include <specgen/replay/trace_gen.hpp>
 #include <specgen/detail/files.hpp>
 #include <specgen/sim/simulated_device.hpp>
@@ -165,6 +166,9 @@ struct run_options {
   std::optional<std::filesystem::path> timeline{};  ///< write a Chrome trace here
   std::function<void(const std::vector<search_progress>&, double now_s)> progress{};
   duration progress_every = seconds(60);
+  /// `run_corpus` only: main streams play these traces as a model that
+  /// answers feedback would (replay/responsive.hpp), instead of (task, round, lane).
+  std::shared_ptr<const replay::responsive_traces> responsive{};
 };
 
 /// Run `cfg` over every task of `c` with `model`, a backend on `loop`, and
@@ -220,6 +224,7 @@ template <clock Clock>
 expected<run_result, run_error> run_corpus(const replay::corpus& c, engine_config cfg, const run_options& o) {
   event_loop<Clock> loop;
   replay::replay_model model(loop, c.traces, o.replay);
+  if (o.responsive) model.set_trace_chooser(replay::responsive_chooser(o.responsive));
   return run_corpus_with(loop, model, c, std::move(cfg), o);
 }
 
