@@ -104,9 +104,9 @@ inline expected<engine_config, error> mode_config(std::string_view mode, const m
     c.termination = default_termination();
     // A parallel or evolve round ends when one lane's fork wins; refine has one lane either way.
     if (row->strategy != "refine") c.termination_scope = termination_scope::round;
-    // A quarter of the stream slots stay free for forks, so a search with
+    // An eighth of the stream slots stay free for forks, so a search with
     // more lanes than slots still speculates (docs/policies.md, "Stream slots").
-    if (row->weighed) c.fork_slot_share = 0.25;
+    if (row->weighed) c.fork_slot_share = 0.125;
   }
   if (row->rung >= 4) c.kv = remote_gpu_kv{};
   return c;

@@ -76,7 +76,7 @@ TEST_CASE("a multi-lane speculative mode stops whole rounds and keeps slots for 
     CAPTURE(m);
     const auto c = mode_config(m).value();
     CHECK(c.termination_scope == termination_scope::round);
-    CHECK(c.fork_slot_share == 0.25);
+    CHECK(c.fork_slot_share == 0.125);
   }
   CHECK(mode_config("specgen").value().termination_scope == termination_scope::lane);
   for (auto m : {"parallel", "+spec", "+kv"}) {
