@@ -19,7 +19,7 @@
 /// The server is not trusted: what it can make the client hold and how long
 /// it can make it wait are bounded (the `max_*_bytes` and `*_timeout_s`
 /// fields), and every message the backend emits has the API key, the
-/// credentials of `base_url` and those of any URL removed (`redact_url`),
+/// credentials of every server's URL and those of any URL removed (`redact_url`),
 /// also where it quotes the server. docs/backends.md, "Trust boundary".
 ///
 /// @code
@@ -103,6 +103,12 @@ struct model_preset {
  */
 struct openai_config {
   std::string base_url{};  ///< server root: "http://host:8000" (a trailing "/v1" is accepted)
+  /// Several servers serving the same `model` (one serving instance per
+  /// node), used as one backend: give these instead of `base_url`. New
+  /// streams go to the least loaded, a fork to its parent's server; a server
+  /// that fails leaves the rotation until it answers again (docs/backends.md,
+  /// "Several servers").
+  std::vector<std::string> base_urls{};
   std::string model{};     ///< the served model name, as /v1/models lists it
   /// Which server: "vllm", "sglang", "openai" (standard fields only), or
   /// "auto" (from /v1/models' `owned_by`; needs `probe`).
@@ -144,6 +150,9 @@ struct openai_config {
   int max_retries = 5;
   double retry_initial_s = 0.5;  ///< first backoff, doubled per retry; a Retry-After header wins
   double retry_max_s = 30;       ///< cap on one backoff
+  /// With several servers: how often one out of rotation is asked (GET
+  /// /v1/models) whether it serves `model` again; it rejoins when it does.
+  double instance_probe_s = 30;
   /// "auto" (token ids where the server gives them, else text),
   /// "token_ids" (never text; a fork fails instead), or "text".
   std::string fork_prompt = "auto";
@@ -165,6 +174,7 @@ struct openai_config {
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
     f("base_url", s.base_url);
+    f("base_urls", s.base_urls);
     f("model", s.model);
     f("server", s.server);
     f("preset", s.preset);
@@ -180,6 +190,7 @@ struct openai_config {
     f("max_retries", s.max_retries);
     f("retry_initial_s", s.retry_initial_s);
     f("retry_max_s", s.retry_max_s);
+    f("instance_probe_s", s.instance_probe_s);
     f("fork_prompt", s.fork_prompt);
     f("fork_max_tokens", s.fork_max_tokens);
     f("stop_at_closing_fence", s.stop_at_closing_fence);
@@ -187,14 +198,17 @@ struct openai_config {
     f("abort_path", s.abort_path);
     f("probe", s.probe);
   }
+  /// The servers, in order: `base_urls`, or `base_url` alone.
+  [[nodiscard]] std::vector<std::string> servers() const;
   [[nodiscard]] std::string invalid() const;
   friend bool operator==(const openai_config&, const openai_config&) = default;
 };
 
-/// Reads a configuration (unknown keys, wrong types and invalid values are errors).
+/// Reads a configuration (unknown keys, wrong types and invalid values are
+/// errors; a bad entry of `base_urls` is named by its JSON pointer, "/base_urls/1").
 [[nodiscard]] expected<openai_config, error> config_from_json(const nlohmann::json& j);
-/// The configuration as JSON, `base_url` as given (credentials included):
-/// print or store `redact_url(c.base_url)` instead of it.
+/// The configuration as JSON, `base_url` and `base_urls` as given
+/// (credentials included): print or store `redact_url` of them instead.
 [[nodiscard]] nlohmann::json to_json(const openai_config& c);
 
 /// `url` safe to print: the user name and password (`http://user:KEY@host`
@@ -214,7 +228,23 @@ struct server_info {
   std::vector<token_id> fork_suffix{};
   std::vector<token_id> think_open{};  ///< ids of `think_open` (see docs/backends.md, "Token ids")
   std::string token_ids_note{};        ///< why forks cannot use token ids, when they cannot
-  std::string base_url{};              ///< the server root, credentials redacted (`redact_url`)
+  /// The server root, credentials redacted (`redact_url`); with several, the
+  /// first that answered at `create` (whose kind and token ids these are).
+  std::string base_url{};
+  /// With several servers: those left out at `create` because they could not
+  /// be reached (or answered 5xx), each with why; they rejoin when they answer.
+  std::vector<std::string> left_out{};
+};
+
+/// One server of the backend, as `openai_backend::instances()` reports it.
+struct instance_stats {
+  std::string base_url;            ///< credentials redacted
+  bool in_rotation = true;         ///< new streams may go there
+  std::string out_reason{};        ///< why it left the rotation ("" while in it)
+  int active = 0;                  ///< sequences running there now: main streams plus unfinished fork samples
+  std::uint64_t reasoning_streams = 0;  ///< started there since `create`
+  std::uint64_t forks = 0;              ///< started there since `create`
+  std::uint64_t times_out = 0;          ///< how often it left the rotation
 };
 
 /// Counters since `create`. Cheap to read from any thread.
@@ -261,6 +291,8 @@ class openai_backend {
   [[nodiscard]] const openai_config& config() const noexcept;
   [[nodiscard]] const server_info& server() const noexcept;
   [[nodiscard]] backend_stats stats() const;
+  /// Per server, in configuration order. Call on the loop's thread.
+  [[nodiscard]] std::vector<instance_stats> instances() const;
 
  private:
   struct impl;

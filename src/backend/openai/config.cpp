@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
+#include <utility>
 
 SPECGEN_BEGIN_NAMESPACE
 namespace openai {
@@ -32,6 +34,33 @@ constexpr std::array<std::string_view, 4> server_kinds{"auto", "vllm", "sglang",
 constexpr std::array<std::string_view, 3> fork_prompts{"auto", "token_ids", "text"};
 /// Below this even a model list or one chunk would not fit.
 constexpr std::uint64_t min_byte_limit = 1024;
+
+/// What is wrong with one server's address, its name left out ("is empty: ...",
+/// "\"http://h?x\" has a query ..."); "" when nothing is.
+std::string url_problem(std::string_view url) {
+  if (detail::has_control_char(url))
+    return "contains a control character (CR, LF or another byte below 0x20, or DEL); it would corrupt the HTTP request";
+  const std::string shown = redact_url(url);
+  if (url.empty()) return "is empty: give the server's address, e.g. http://127.0.0.1:8000";
+  if (!url.starts_with("http://") && !url.starts_with("https://"))
+    return fmt::format("\"{}\" must start with http:// or https://", shown);
+  if (url.find_first_not_of('/', url.find("//") + 2) == std::string_view::npos) return fmt::format("\"{}\" has no host", shown);
+  if (url.find_first_of("?#") != std::string_view::npos)
+    return fmt::format("\"{}\" has a query or a fragment: give the server root, the backend appends paths to it", shown);
+  return {};
+}
+
+/// The first bad entry of `base_urls`: its JSON pointer and what is wrong.
+std::optional<std::pair<std::string, std::string>> bad_server(const std::vector<std::string>& urls) {
+  for (std::size_t i = 0; i < urls.size(); ++i) {
+    if (auto why = url_problem(urls[i]); !why.empty()) return std::pair{fmt::format("/base_urls/{}", i), why};
+    for (std::size_t k = 0; k < i; ++k)
+      if (normalized_base_url(urls[k]) == normalized_base_url(urls[i]))
+        return std::pair{fmt::format("/base_urls/{}", i),
+                         fmt::format("\"{}\" is listed twice (also /base_urls/{})", redact_url(urls[i]), k)};
+  }
+  return std::nullopt;
+}
 
 std::vector<model_preset> make_presets() {
   const nlohmann::json enable_thinking = {{"chat_template_kwargs", {{"enable_thinking", true}}}};
@@ -115,14 +144,12 @@ std::string openai_config::invalid() const {
     if (detail::has_control_char(value))
       return fmt::format("{} contains a control character (CR, LF or another byte below 0x20, or DEL); "
                          "it would corrupt the HTTP request", name);
-  const std::string shown = redact_url(base_url);
-  if (base_url.empty()) return "base_url is empty: give the server's address, e.g. http://127.0.0.1:8000";
-  if (!base_url.starts_with("http://") && !base_url.starts_with("https://"))
-    return fmt::format("base_url \"{}\" must start with http:// or https://", shown);
-  if (base_url.find_first_not_of('/', base_url.find("//") + 2) == std::string::npos)
-    return fmt::format("base_url \"{}\" has no host", shown);
-  if (base_url.find_first_of("?#") != std::string::npos)
-    return fmt::format("base_url \"{}\" has a query or a fragment: give the server root, the backend appends paths to it", shown);
+  if (!base_urls.empty()) {
+    if (!base_url.empty()) return "give base_url (one server) or base_urls (several), not both";
+    if (auto bad = bad_server(base_urls)) return fmt::format("{}: {}", bad->first, bad->second);
+  } else if (auto why = url_problem(base_url); !why.empty()) {
+    return base_url.empty() ? "base_url " + why + " (or several in base_urls)" : "base_url " + why;
+  }
   if (model.empty()) return "model is empty: give the served model name (GET /v1/models lists them)";
   if (!one_of(server, server_kinds)) return fmt::format("server \"{}\" is not one of auto, vllm, sglang, openai", server);
   if (server == "auto" && !probe) return "server \"auto\" is found by the probe: set probe, or name the server (vllm, sglang, openai)";
@@ -135,6 +162,7 @@ std::string openai_config::invalid() const {
     if (value < min_byte_limit) return fmt::format("{} must be >= {} (the size of a small answer)", name, min_byte_limit);
   if (max_streams < 1) return "max_streams must be >= 1";
   if (max_retries < 0) return "max_retries must be >= 0";
+  if (!(instance_probe_s > 0)) return "instance_probe_s must be > 0";
   if (!(retry_initial_s > 0) || retry_max_s < retry_initial_s) return "need 0 < retry_initial_s <= retry_max_s";
   if (fork_max_tokens < 1) return "fork_max_tokens must be >= 1";
   if (fork_tail_tokens < 0) return "fork_tail_tokens must be >= 0";
@@ -143,7 +171,19 @@ std::string openai_config::invalid() const {
   return {};
 }
 
+std::vector<std::string> openai_config::servers() const { return base_urls.empty() ? std::vector{base_url} : base_urls; }
+
 expected<openai_config, error> config_from_json(const nlohmann::json& j) {
+  // A bad server entry is named by its own pointer, not the object's.
+  if (j.is_object() && j.contains("base_urls") && j["base_urls"].is_array()) {
+    const auto& a = j["base_urls"];
+    std::vector<std::string> urls;
+    for (const auto& e : a)
+      if (e.is_string()) urls.push_back(e.get<std::string>());
+    if (urls.size() == a.size())
+      if (auto bad = bad_server(urls))
+        return unexpected(error{.message = bad->second, .where = bad->first});
+  }
   return specgen::detail::read_fields<openai_config>(j, "");
 }
 

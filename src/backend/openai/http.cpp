@@ -78,6 +78,7 @@ std::optional<double> parse_retry_after(std::string_view line) {
 struct http_client::impl {
   struct transfer {
     impl* owner = nullptr;
+    int origin = 0;    ///< which of `opt.base_urls`
     stream_id id = 0;  ///< 0 for a plain request
     CURL* easy = nullptr;
     curl_socket_t sock = CURL_SOCKET_BAD;  ///< the connection's socket, once libcurl has one for it
@@ -112,13 +113,26 @@ struct http_client::impl {
   };
 
   struct command {
-    enum class kind : std::uint8_t { start, cancel, stop } what = kind::start;
-    stream_id id = 0;
+    enum class kind : std::uint8_t { start, cancel, stop, down } what = kind::start;
+    stream_id id = 0;  ///< of `cancel`; the origin of `down`
     std::unique_ptr<transfer> t{};
+  };
+
+  /// One server's health, as the I/O thread sees it.
+  struct origin_state {
+    // Whether the server answers at all, asked (GET /v1/models) when a
+    // stream has waited response_timeout_s for its headers.
+    bool liveness_in_flight = false;
+    clock_type::time_point alive_until{};  ///< the server answered a check: streams may wait for headers until then
+    bool down = false;                     ///< out of rotation (only with several origins)
+    bool probe_in_flight = false;
+    clock_type::time_point next_probe{};  ///< when a down origin is asked again
   };
 
   client_options opt;
   deliver_fn deliver;
+  serves_fn serves;
+  std::vector<origin_state> origins;
   CURLM* multi = nullptr;
   // libcurl's socket interface on our own epoll: each wake-up costs work for
   // the sockets that are ready, not for every transfer (curl_multi_perform
@@ -134,16 +148,14 @@ struct http_client::impl {
   std::vector<std::pair<clock_type::time_point, stream_id>> retry_queue;
   delivery_batch batch;
   clock_type::time_point next_idle_check{};
-  // Whether the server answers at all, asked (GET /v1/models) when a stream
-  // has waited response_timeout_s for its headers.
-  bool liveness_in_flight = false;
-  clock_type::time_point alive_until{};  ///< the server answered a check: streams may wait for headers until then
   std::atomic<std::uint64_t> http_requests{0}, retries{0}, aborts_posted{0};
   std::atomic<bool> running{true};
   std::atomic<bool> commands_waiting{false};
   double final_cpu = 0;  ///< CPU time at exit, once the thread is gone
 
-  impl(client_options o, deliver_fn d) : opt(std::move(o)), deliver(std::move(d)) {
+  impl(client_options o, deliver_fn d, serves_fn sv)
+      : opt(std::move(o)), deliver(std::move(d)), serves(std::move(sv)), origins(opt.base_urls.size()) {
+    if (opt.base_urls.empty()) throw std::invalid_argument("openai backend: no server to talk to");
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
     multi = curl_multi_init();
@@ -185,10 +197,11 @@ struct http_client::impl {
     [[maybe_unused]] const auto n = ::write(wake_fd, &one, sizeof one);
   }
 
-  std::unique_ptr<transfer> make(std::string method, std::string path, std::string body, bool stream) {
+  std::unique_ptr<transfer> make(int origin, std::string method, std::string path, std::string body, bool stream) {
     auto t = std::make_unique<transfer>();
     t->owner = this;
-    t->url = opt.base_url + path;
+    t->origin = origin;
+    t->url = opt.base_urls.at(static_cast<std::size_t>(origin)) + path;
     t->shown_url = redact_url(t->url);
     t->method = std::move(method);
     t->sse.set_limit(static_cast<std::size_t>(opt.max_event_bytes));
@@ -265,7 +278,11 @@ struct http_client::impl {
         running = false;
         return false;
       }
-      if (c.what == command::kind::start) {
+      if (c.what == command::kind::down) {
+        origin_state& o = origins.at(static_cast<std::size_t>(c.id));
+        o.down = true;
+        o.next_probe = clock_type::now() + ms(opt.instance_probe_s);
+      } else if (c.what == command::kind::start) {
         launch(*c.t);
         launched = true;
         if (c.t->id) streams[c.t->id] = std::move(c.t);
@@ -313,6 +330,7 @@ struct http_client::impl {
       }
       finish_completed();
       check_timeouts(clock_type::now());
+      probe_down(clock_type::now());
       flush();
     }
   }
@@ -337,6 +355,8 @@ struct http_client::impl {
     if (curl_due) until = std::min(until, *curl_due);
     for (const auto& [due, id] : retry_queue) until = std::min(until, due);
     if (!streams.empty()) until = std::min(until, next_idle_check);
+    for (const auto& o : origins)
+      if (o.down && !o.probe_in_flight) until = std::min(until, o.next_probe);
     return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(std::max(until - now, clock_type::duration{0})).count());
   }
 
@@ -496,8 +516,51 @@ struct http_client::impl {
     else
       why = fmt::format("{} {}: {}", t.decoder->committed() ? "the stream from" : "no answer from", t.shown_url, curl_easy_strerror(rc));
     if (t.attempt > 1) why += fmt::format(" (after {} attempts)", t.attempt);
+    // The server failed this request before its first token: no connection,
+    // a broken one, or a 5xx, after the retries.
+    if (!t.decoder->committed() && (ok || t.status == 0 ? transient(rc) || (rc == CURLE_OPERATION_TIMEDOUT && !t.headers_seen)
+                                                        : t.status >= 500 && t.status <= 599))
+      take_down(t.origin, why);  // before the stream's own end: the loop side ends it with the server's failure
+    else if (t.decoder->committed() && t.status != 0 && ok && transient(rc) && rotation())
+      check_liveness(t.origin);  // a broken stream: does its server still answer?
     t.decoder->on_failure(why, batch);
     streams.erase(t.id);
+  }
+
+  [[nodiscard]] bool rotation() const { return origins.size() > 1; }
+
+  /// Takes an origin out of rotation (with several origins; one is never
+  /// taken out) and tells the loop side, which ends the streams it had.
+  void take_down(int origin, const std::string& why) {
+    if (!rotation()) return;
+    origin_state& o = origins[static_cast<std::size_t>(origin)];
+    if (o.down) return;
+    o.down = true;
+    o.next_probe = clock_type::now() + ms(opt.instance_probe_s);
+    batch.emplace_back(instance_event{.instance = origin, .up = false, .why = why});
+  }
+
+  /// Asks each origin out of rotation, when due, whether it serves again.
+  void probe_down(clock_type::time_point now) {
+    for (std::size_t i = 0; i < origins.size(); ++i) {
+      origin_state& o = origins[i];
+      if (!o.down || o.probe_in_flight || now < o.next_probe) continue;
+      o.probe_in_flight = true;
+      auto t = make(static_cast<int>(i), "GET", "/v1/models", "", false);
+      t->done = [this, i](plain_result r) {
+        origin_state& s = origins[i];
+        s.probe_in_flight = false;
+        if (s.down && (serves ? serves(r) : r.status == 200)) {
+          s.down = false;
+          s.alive_until = {};
+          batch.emplace_back(instance_event{.instance = static_cast<int>(i), .up = true, .why = {}});
+        } else {
+          s.next_probe = clock_type::now() + ms(opt.instance_probe_s);
+        }
+      };
+      launch(*t);
+      plains.push_back(std::move(t));
+    }
   }
 
   std::chrono::milliseconds backoff(const transfer& t) const {
@@ -545,17 +608,18 @@ struct http_client::impl {
     if (now < next_idle_check) return;
     next_idle_check = now + std::chrono::milliseconds(20);
     std::vector<stream_id> expired;
-    bool ask_server = false;
+    std::vector<int> ask_server;
     for (auto& [id, t] : streams) {
       if (!t->in_multi) continue;
       if (now - t->last_progress > ms(opt.idle_timeout_s)) expired.push_back(id);
-      else if (waiting_for_headers(*t, now) && now >= alive_until) ask_server = true;
+      else if (waiting_for_headers(*t, now) && now >= origins[static_cast<std::size_t>(t->origin)].alive_until)
+        ask_server.push_back(t->origin);
     }
     for (stream_id id : expired)
       end_stream(id, fmt::format("no progress from {} for {} s (idle_timeout_s; SSE comments and empty events do not count)",
                                  streams.at(id)->shown_url, opt.idle_timeout_s),
                  true);
-    if (ask_server && !liveness_in_flight) check_liveness();
+    for (int origin : ask_server) check_liveness(origin);
   }
 
   /// Ends a stream the client gives up on; `abort` also cancels it on the server.
@@ -574,24 +638,30 @@ struct http_client::impl {
   /// SGLang sends none before a request's first token, so a queued request
   /// on a busy server waits here. A server that accepts connections and
   /// answers nothing ends them within two response timeouts.
-  void check_liveness() {
-    liveness_in_flight = true;
-    auto t = make("GET", "/v1/models", "", false);
-    t->done = [this](plain_result r) {
-      liveness_in_flight = false;
+  /// With several origins, one that does not answer is also taken out of rotation.
+  void check_liveness(int origin) {
+    origin_state& o = origins[static_cast<std::size_t>(origin)];
+    if (o.liveness_in_flight) return;
+    o.liveness_in_flight = true;
+    auto t = make(origin, "GET", "/v1/models", "", false);
+    t->done = [this, origin](plain_result r) {
+      origin_state& s = origins[static_cast<std::size_t>(origin)];
+      s.liveness_in_flight = false;
       const auto now = clock_type::now();
       if (r.status != 0) {  // any HTTP answer: alive, only busy
-        alive_until = now + ms(opt.response_timeout_s);
+        s.alive_until = now + ms(opt.response_timeout_s);
         return;
       }
+      const std::string root = redact_url(opt.base_urls[static_cast<std::size_t>(origin)]);
+      take_down(origin, fmt::format("GET {}/v1/models got no answer ({})", root, r.error));
       std::vector<stream_id> dead;
-      for (auto& [id, s] : streams)
-        if (s->in_multi && waiting_for_headers(*s, now)) dead.push_back(id);
+      for (auto& [id, st] : streams)
+        if (st->origin == origin && st->in_multi && waiting_for_headers(*st, now)) dead.push_back(id);
       for (stream_id id : dead)
         end_stream(id,
                    fmt::format("no response from {} within {} s of sending the request (response_timeout_s), and "
                                "GET {}/v1/models got none either ({}): the server accepts connections but does not answer",
-                               streams.at(id)->shown_url, opt.response_timeout_s, redact_url(opt.base_url), r.error),
+                               streams.at(id)->shown_url, opt.response_timeout_s, root, r.error),
                    false);  // an abort would wait on the same silent server
     };
     launch(*t);
@@ -623,7 +693,7 @@ struct http_client::impl {
   void post_abort(const transfer& t) {
     if (t.abort.path.empty()) return;
     ++aborts_posted;
-    auto a = make("POST", t.abort.path, t.abort.body, false);
+    auto a = make(t.origin, "POST", t.abort.path, t.abort.body, false);
     launch(*a);
     plains.push_back(std::move(a));
   }
@@ -636,14 +706,14 @@ struct http_client::impl {
   }
 };
 
-http_client::http_client(client_options options, deliver_fn deliver)
-    : impl_(std::make_unique<impl>(std::move(options), std::move(deliver))) {}
+http_client::http_client(client_options options, deliver_fn deliver, serves_fn serves)
+    : impl_(std::make_unique<impl>(std::move(options), std::move(deliver), std::move(serves))) {}
 
 http_client::~http_client() = default;
 
-void http_client::start_stream(stream_id id, std::string path, std::string body, std::string request_id,
+void http_client::start_stream(int origin, stream_id id, std::string path, std::string body, std::string request_id,
                                abort_request abort, std::unique_ptr<stream_decoder> decoder) {
-  auto t = impl_->make("POST", path, std::move(body), true);
+  auto t = impl_->make(origin, "POST", path, std::move(body), true);
   t->id = id;
   t->request_id = std::move(request_id);
   t->abort = std::move(abort);
@@ -657,16 +727,18 @@ void http_client::start_stream(stream_id id, std::string path, std::string body,
 
 void http_client::cancel(stream_id id) { impl_->push({.what = impl::command::kind::cancel, .id = id, .t = nullptr}); }
 
-void http_client::request(std::string method, std::string path, std::string body, std::function<void(plain_result)> done) {
-  auto t = impl_->make(std::move(method), path, std::move(body), false);
+void http_client::set_down(int origin) { impl_->push({.what = impl::command::kind::down, .id = static_cast<stream_id>(origin), .t = nullptr}); }
+
+void http_client::request(int origin, std::string method, std::string path, std::string body, std::function<void(plain_result)> done) {
+  auto t = impl_->make(origin, std::move(method), path, std::move(body), false);
   t->done = std::move(done);
   impl_->push({.what = impl::command::kind::start, .id = 0, .t = std::move(t)});
 }
 
-plain_result http_client::request_sync(std::string method, std::string path, std::string body) {
+plain_result http_client::request_sync(int origin, std::string method, std::string path, std::string body) {
   auto p = std::make_shared<std::promise<plain_result>>();
   auto f = p->get_future();
-  request(std::move(method), std::move(path), std::move(body), [p](plain_result r) { p->set_value(std::move(r)); });
+  request(origin, std::move(method), std::move(path), std::move(body), [p](plain_result r) { p->set_value(std::move(r)); });
   return f.get();
 }
 

@@ -180,6 +180,10 @@ bool has_control_char(std::string_view s) noexcept {
 
 scrubber::scrubber(std::string_view base_url, std::string_view api_key) {
   add_secret(api_key);
+  add_url(base_url);
+}
+
+void scrubber::add_url(std::string_view base_url) {
   const auto [start, end] = authority_of(base_url);
   const std::string_view authority = base_url.substr(start, end - start);
   const std::size_t at = authority.rfind('@');

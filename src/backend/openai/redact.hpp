@@ -29,6 +29,8 @@ class scrubber {
   scrubber(std::string_view base_url, std::string_view api_key);
   /// Adds one more value never to show.
   void add_secret(std::string_view secret);
+  /// Adds the credentials of one more server's URL (as the constructor does for `base_url`).
+  void add_url(std::string_view url);
   [[nodiscard]] std::string clean(std::string_view text) const;
 
  private:

@@ -42,7 +42,14 @@ struct stream_meta {
   bool ids_broken = false;  ///< a reasoning token was generated but never streamed: the ids are not a prefix any more
 };
 
-using delivery = std::variant<stream_chunk, stream_end, stream_meta>;
+/// An origin (one of several servers) left or rejoined the rotation.
+struct instance_event {
+  int instance = 0;
+  bool up = false;
+  std::string why{};  ///< why it left (names the server, credentials redacted)
+};
+
+using delivery = std::variant<stream_chunk, stream_end, stream_meta, instance_event>;
 using delivery_batch = std::vector<delivery>;
 
 /// Turns one request's events into deliveries. One per attempt of a request;
