@@ -99,8 +99,8 @@ struct openai_backend::impl {
   std::string rid_prefix;
   std::unordered_map<stream_id, request> requests;
   std::vector<instance_stats> instances;  ///< per server, in configuration order
-  /// Main streams ended because their server left the rotation, and that
-  /// server: a fork from one says why it cannot run.
+  /// Main streams that ended with an error, with several servers, and the
+  /// server they ran on: a fork from one whose server is out of rotation says so.
   std::unordered_map<stream_id, int> lost;
   stream_id next_id = 0;
   int in_flight = 0;
@@ -211,12 +211,12 @@ struct openai_backend::impl {
     if (auto full = capacity(); !full) return unexpected(full.error());
     if (f.samples < 1) return unexpected(refusal(fmt::format("openai: a fork needs samples >= 1, got {}", f.samples), false));
     auto pit = requests.find(f.parent);
-    if (auto l = lost.find(f.parent); pit == requests.end() && l != lost.end()) {
+    if (auto l = lost.find(f.parent); pit == requests.end() && l != lost.end() &&
+                                      !instances[static_cast<std::size_t>(l->second)].in_rotation) {
       const instance_stats& in = instances[static_cast<std::size_t>(l->second)];
-      return unexpected(refusal(fmt::format("openai: fork parent {} ran on {}, which {} ({}); a fork runs only where its "
-                                            "parent's prefix is cached",
-                                            f.parent, in.base_url, in.in_rotation ? "left the rotation" : "is out of rotation",
-                                            in.out_reason.empty() ? "it has rejoined since, without the parent" : in.out_reason),
+      return unexpected(refusal(fmt::format("openai: fork parent {} ran on {}, which is out of rotation ({}); a fork runs "
+                                            "only on its parent's server, where the prefix is cached",
+                                            f.parent, in.base_url, in.out_reason),
                                 false));
     }
     if (pit == requests.end() || pit->second.fork)
@@ -329,6 +329,7 @@ struct openai_backend::impl {
       e.error = scrub.clean(e.error);
     }
     if (--r.open == 0) {
+      if (!r.fork && e.reason == finish_reason::error && instances.size() > 1) lost[e.id] = r.instance;
       requests.erase(it);
       --in_flight;
     }
@@ -356,7 +357,6 @@ struct openai_backend::impl {
       auto it = requests.find(id);
       if (it == requests.end()) continue;  // a sink's on_end cancelled it
       request& r = it->second;
-      if (!r.fork) lost[id] = v.instance;
       client->cancel(id);
       for (std::size_t k = 0; k < r.ended.size(); ++k) {
         auto again = requests.find(id);
