@@ -101,7 +101,10 @@ void declare(programs::options& o) {
              "scripts verdicts by kernel name and measures nothing; the GPUs\n"
              "are --gpus, or one. Never for results");
   o.group("OpenAI backend (--backend openai; docs/backends.md)")
-      .value("base-url", "URL", "the server, e.g. http://127.0.0.1:8000")
+      .list("base-url", "URL",
+            "the server, e.g. http://127.0.0.1:8000; several servers of the\n"
+            "same model (one per node) act as one: repeat the option or give\n"
+            "a comma list")
       .value("model", "NAME", "the served model name")
       .value("preset", "NAME",
              "model family: auto (default: from the model name), deepseek-r1,\n"
@@ -174,17 +177,44 @@ openai::openai_config openai_config_from(const programs::options& a) {
   nlohmann::json j = nlohmann::json::object();
   if (a.has("openai-config")) j = read_config_file(a, "openai-config");
   const std::pair<const char*, const char*> flags[] = {
-      {"base-url", "base_url"}, {"model", "model"}, {"preset", "preset"}, {"server", "server"}, {"api-key-env", "api_key_env"}};
+      {"model", "model"}, {"preset", "preset"}, {"server", "server"}, {"api-key-env", "api_key_env"}};
   for (const auto& [flag, key] : flags)
     if (a.has(flag)) j[key] = a.get(flag);
+  if (a.has("base-url")) {  // replaces the file's server or servers
+    std::vector<std::string> urls;
+    for (const auto& v : a.values("base-url"))
+      for (auto& u : programs::split_list(v)) urls.push_back(std::move(u));
+    j.erase("base_url");
+    j.erase("base_urls");
+    if (urls.size() == 1) j["base_url"] = urls.front();
+    else j["base_urls"] = urls;
+  }
   auto c = openai::config_from_json(j);
   if (!c) throw std::invalid_argument(c.error().what());
   return *c;
 }
 
 void print_server(const openai::server_info& s, const openai::openai_config& c) {
-  fmt::print("             {} server at {}, model {}, preset {}; forks send {}\n", s.kind, openai::redact_url(c.base_url), c.model, s.family.name,
+  std::vector<std::string> shown;
+  for (const auto& url : c.servers()) shown.push_back(openai::redact_url(url));
+  fmt::print("             {} server{} at {}, model {}, preset {}; forks send {}\n", s.kind, shown.size() > 1 ? "s" : "",
+             fmt::join(shown, ", "), c.model, s.family.name,
              s.token_ids_note.empty() ? std::string("token ids where the stream has them") : "text (" + s.token_ids_note + ")");
+  for (const auto& why : s.left_out) fmt::print("             left out for now (it rejoins when it answers): {}\n", why);
+}
+
+/// Per server: what it ran, and whether it is in rotation (printed when there are several).
+nlohmann::json instances_json(const openai::openai_backend& b) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto in = b.instances();
+  for (const auto& i : in) {
+    if (in.size() > 1)
+      fmt::print("openai: {}: {} reasoning streams, {} forks{}\n", i.base_url, i.reasoning_streams, i.forks,
+                 i.in_rotation ? "" : fmt::format(", out of rotation ({})", i.out_reason));
+    out.push_back({{"base_url", i.base_url}, {"in_rotation", i.in_rotation}, {"out_reason", i.out_reason},
+                   {"reasoning_streams", i.reasoning_streams}, {"forks", i.forks}, {"times_out", i.times_out}});
+  }
+  return out;
 }
 
 /// What the backend did, for the summary and results.json.
@@ -199,7 +229,8 @@ nlohmann::json openai_summary(const openai::openai_backend& b) {
           {"reasoning_streams", st.reasoning_streams}, {"forks", st.forks}, {"forks_token_ids", st.forks_token_ids},
           {"forks_text", st.forks_text}, {"fork_prompt_tokens", st.fork_prompt_tokens},
           {"fork_cached_tokens", st.fork_cached_tokens}, {"fork_usage_reports", st.fork_usage_reports},
-          {"retries", st.retries}, {"stream_errors", st.stream_errors}, {"cancels", st.cancels}};
+          {"retries", st.retries}, {"stream_errors", st.stream_errors}, {"cancels", st.cancels},
+          {"instances", instances_json(b)}};
 }
 #endif
 
