@@ -218,7 +218,7 @@ struct openai_config {
 /// replaced by `***`. Everything the backend itself says is redacted already.
 [[nodiscard]] std::string redact_url(std::string_view url);
 
-/// What `create` found out about the server.
+/// What `create` found out about the server (with several, the first that answered).
 struct server_info {
   std::string kind;                    ///< "vllm", "sglang" or "openai"
   std::vector<std::string> models{};   ///< from /v1/models (empty without probe)
@@ -272,7 +272,8 @@ struct backend_stats {
 class openai_backend {
  public:
   /// Validates `config`, reads the API key, starts the I/O thread and, with
-  /// `probe`, asks the server what it serves. Errors say what to fix.
+  /// `probe`, asks every server what it serves (with several, one that cannot
+  /// be reached is left out for now: `server().left_out`). Errors say what to fix.
   static expected<std::unique_ptr<openai_backend>, error> create(executor& loop, openai_config config);
   ~openai_backend();
   openai_backend(const openai_backend&) = delete;

@@ -211,9 +211,15 @@ struct openai_backend::impl {
     if (auto full = capacity(); !full) return unexpected(full.error());
     if (f.samples < 1) return unexpected(refusal(fmt::format("openai: a fork needs samples >= 1, got {}", f.samples), false));
     auto pit = requests.find(f.parent);
-    if (auto l = lost.find(f.parent); pit == requests.end() && l != lost.end() &&
-                                      !instances[static_cast<std::size_t>(l->second)].in_rotation) {
-      const instance_stats& in = instances[static_cast<std::size_t>(l->second)];
+    // The parent's server is out of rotation: the parent ended (or is ending) with it.
+    std::optional<int> gone_server;
+    if (pit != requests.end() && !instances[static_cast<std::size_t>(pit->second.instance)].in_rotation)
+      gone_server = pit->second.instance;
+    else if (auto l = lost.find(f.parent); pit == requests.end() && l != lost.end() &&
+                                           !instances[static_cast<std::size_t>(l->second)].in_rotation)
+      gone_server = l->second;
+    if (gone_server) {
+      const instance_stats& in = instances[static_cast<std::size_t>(*gone_server)];
       return unexpected(refusal(fmt::format("openai: fork parent {} ran on {}, which is out of rotation ({}); a fork runs "
                                             "only on its parent's server, where the prefix is cached",
                                             f.parent, in.base_url, in.out_reason),
