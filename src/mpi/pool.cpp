@@ -96,6 +96,11 @@ struct mpi_pool::state {
     jobs.erase(it);
   }
 
+  [[nodiscard]] bool alive(int rank) const {
+    std::lock_guard lock(mutex);
+    return ranks.at(rank).alive;
+  }
+
   [[nodiscard]] bool any_alive() const {
     return std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.second.alive; });
   }
@@ -237,7 +242,8 @@ struct mpi_pool::state {
 
   void run() {
     link l;
-    auto backoff = std::chrono::microseconds(20);
+    auto backoff = std::min(std::chrono::microseconds(20), config.idle_poll);
+    auto last_active = clk::now();
     try {
       while (true) {
         std::vector<outgoing> out;
@@ -248,7 +254,10 @@ struct mpi_pool::state {
           stop_now = stopping;
         }
         bool active = !out.empty();
-        for (auto& o : out) l.send(o.rank, o.tag, std::move(o.body));
+        for (auto& o : out) {
+          l.send(o.rank, o.tag, std::move(o.body));
+          if (!alive(o.rank)) l.abandon(o.rank);  // the stop to a lost rank: no waiting for it
+        }
         l.progress();
         if (stop_now) break;  // the stop messages were in `out`
         while (auto m = l.poll()) {
@@ -276,11 +285,14 @@ struct mpi_pool::state {
             }
         }
         if (active) {
-          backoff = std::chrono::microseconds(20);
+          last_active = clk::now();
+          backoff = std::min(std::chrono::microseconds(20), config.idle_poll);
+        } else if (config.idle_poll.count() <= 0 || clk::now() - last_active < config.busy_poll) {
+          std::this_thread::yield();
         } else {
           std::unique_lock lock(mutex);
           wake.wait_for(lock, backoff, [&] { return !outbox.empty() || stopping; });
-          backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+          backoff = std::min(backoff * 2, config.idle_poll);
         }
       }
       l.flush(std::chrono::seconds(2));
@@ -331,8 +343,7 @@ mpi_pool::~mpi_pool() {
     while (!s.jobs.empty()) s.finish(s.jobs.begin(), state::cancelled_outcome(s.jobs.begin()->second.job));
     s.compile_queue.clear();
     for (auto& slot : s.slots) slot.queue.clear();
-    for (const auto& [r, info] : s.ranks)
-      if (info.alive) s.outbox.push_back({r, wire::stop, "{}"});
+    for (const auto& [r, info] : s.ranks) s.outbox.push_back({r, wire::stop, "{}"});
     s.stopping = true;
   }
   s.wake.notify_all();

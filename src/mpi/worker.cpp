@@ -114,7 +114,8 @@ expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, 
     using clk = std::chrono::steady_clock;
     link l;
     auto last_sent = clk::now();
-    auto backoff = std::chrono::microseconds(20);
+    auto backoff = std::min(std::chrono::microseconds(20), config.idle_poll);
+    auto last_active = clk::now();
     try {
       bool done = false;
       while (!done) {
@@ -146,11 +147,14 @@ expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, 
         }
         if (done) break;
         if (active) {
-          backoff = std::chrono::microseconds(20);
+          last_active = clk::now();
+          backoff = std::min(std::chrono::microseconds(20), config.idle_poll);
+        } else if (config.idle_poll.count() <= 0 || clk::now() - last_active < config.busy_poll) {
+          std::this_thread::yield();
         } else {
           std::unique_lock lock(mutex);
           wake.wait_for(lock, backoff, [&] { return !outbox.empty(); });
-          backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+          backoff = std::min(backoff * 2, config.idle_poll);
         }
       }
       l.flush(std::chrono::seconds(2));

@@ -4,6 +4,7 @@
 //   mpirun -np N specgen-mpi-bench --mode throughput --jobs 4000 --latency-us 1000 --devices 2
 //       evaluations per second with N-1 stand-in worker ranks of --devices devices each
 //   specgen-mpi-bench --local ... (no mpirun): the same stand-in in this process, without MPI
+//   --busy-poll-us B --idle-poll-us U: how the MPI threads wait (worker_config, pool_config)
 #include "mpi/testing/standin_evaluator.hpp"
 
 #include <specgen/mpi/pool.hpp>
@@ -30,6 +31,8 @@ struct options {
   int latency_us = 0;
   int devices = 1;
   bool local = false;
+  int idle_poll_us = 250;
+  int busy_poll_us = 1000;
 };
 
 template <class Pool>
@@ -87,6 +90,8 @@ int main(int argc, char** argv) {
     else if (a == "--latency-us") o.latency_us = std::atoi(value().c_str());
     else if (a == "--devices") o.devices = std::atoi(value().c_str());
     else if (a == "--local") o.local = true;
+    else if (a == "--idle-poll-us") o.idle_poll_us = std::atoi(value().c_str());
+    else if (a == "--busy-poll-us") o.busy_poll_us = std::atoi(value().c_str());
   }
   auto tasks = load_suite(SPECGEN_SOURCE_DIR "/tasks/examples");
   if (!tasks) {
@@ -103,10 +108,11 @@ int main(int argc, char** argv) {
   mpi::environment env(argc, argv);
   if (env.rank() != 0) {
     mpi::testing::standin_evaluator standin(loop, o.devices, 2, latency);
-    auto served = mpi::serve(loop, mpi::local_evaluator::of(standin), *tasks);
+    auto served = mpi::serve(loop, mpi::local_evaluator::of(standin), *tasks,
+                             {.busy_poll = std::chrono::microseconds(o.busy_poll_us), .idle_poll = std::chrono::microseconds(o.idle_poll_us)});
     return served ? 0 : 1;
   }
-  auto pool = mpi::mpi_pool::create(loop);
+  auto pool = mpi::mpi_pool::create(loop, {.busy_poll = std::chrono::microseconds(o.busy_poll_us), .idle_poll = std::chrono::microseconds(o.idle_poll_us)});
   if (!pool) {
     std::fprintf(stderr, "%s\n", pool.error().message.c_str());
     return 1;

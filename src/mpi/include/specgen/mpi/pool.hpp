@@ -80,6 +80,13 @@ struct worker_config {
   /// How often the worker tells rank 0 it is alive when it has nothing else
   /// to send. Keep it well under the pool's `dead_after`.
   std::chrono::milliseconds heartbeat{100};
+  /// How the MPI thread waits for messages (Open MPI has no blocking wait
+  /// that does not spin): for `busy_poll` after the last message it looks
+  /// again and again, yielding the core in between; then it sleeps 20 us,
+  /// 40 us, ... up to `idle_poll` between looks. `idle_poll` 0: never sleeps.
+  /// docs/distributed.md has what they cost.
+  std::chrono::microseconds busy_poll{1000};
+  std::chrono::microseconds idle_poll{250};
 };
 
 /// A worker rank's loop: says which devices it has, then runs the jobs rank 0
@@ -95,6 +102,13 @@ struct pool_config {
   /// A worker rank from which nothing (no result, no heartbeat) has arrived
   /// for this long is taken for dead: its jobs go to the other ranks.
   std::chrono::milliseconds dead_after{3000};
+  /// How the MPI thread waits for messages (Open MPI has no blocking wait
+  /// that does not spin): for `busy_poll` after the last message it looks
+  /// again and again, yielding the core in between; then it sleeps 20 us,
+  /// 40 us, ... up to `idle_poll` between looks. `idle_poll` 0: never sleeps.
+  /// docs/distributed.md has what they cost.
+  std::chrono::microseconds busy_poll{1000};
+  std::chrono::microseconds idle_poll{250};
   /// Called on the loop's thread when a rank is taken for dead, with its rank.
   std::function<void(int rank)> on_rank_lost{};
 };
@@ -125,7 +139,8 @@ class mpi_pool {
  public:
   static expected<std::unique_ptr<mpi_pool>, error> create(executor& loop, pool_config config = {});
   /// Cancels what is outstanding (callbacks report `cancelled`), tells every
-  /// live worker to stop, and joins the MPI thread.
+  /// worker to stop (a rank taken for dead too, in case it was only slow),
+  /// and joins the MPI thread.
   ~mpi_pool();
   mpi_pool(const mpi_pool&) = delete;
   mpi_pool& operator=(const mpi_pool&) = delete;
