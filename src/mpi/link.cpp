@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <thread>
 
@@ -19,7 +20,11 @@ void check(int rc, const char* what) {
   throw std::runtime_error(fmt::format("{}: {}", what, std::string(text, static_cast<std::size_t>(length))));
 }
 MPI_Request* req(void* p) { return static_cast<MPI_Request*>(p); }
+std::atomic<bool> lost_flag{false};
 }  // namespace
+
+void note_rank_lost() noexcept { lost_flag = true; }
+bool rank_was_lost() noexcept { return lost_flag; }
 
 link::~link() {
   for (auto& p : sends_) {

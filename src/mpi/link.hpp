@@ -50,6 +50,13 @@ class link {
   std::vector<std::string> abandoned_;
 };
 
+/// Set in this process once a rank is known lost (rank 0: taken for dead;
+/// a worker: told so by rank 0's stop). `environment` then skips
+/// MPI_Finalize, which in Open MPI 4.1 waits on every rank of the job, the
+/// lost one included, and may never return.
+void note_rank_lost() noexcept;
+[[nodiscard]] bool rank_was_lost() noexcept;
+
 /// Blocking receive of one message with `tag` from `rank` (before the MPI
 /// thread starts). Throws std::runtime_error on an MPI error.
 message receive(int rank, int tag);

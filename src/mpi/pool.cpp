@@ -177,6 +177,7 @@ struct mpi_pool::state {
     ranks[rank].alive = false;
     ranks[rank].compiling = 0;
     lost.push_back(rank);
+    note_rank_lost();
     std::vector<std::size_t> live;
     for (std::size_t s = 0; s < slots.size(); ++s)
       if (ranks[slots[s].rank].alive) live.push_back(s);
@@ -343,7 +344,8 @@ mpi_pool::~mpi_pool() {
     while (!s.jobs.empty()) s.finish(s.jobs.begin(), state::cancelled_outcome(s.jobs.begin()->second.job));
     s.compile_queue.clear();
     for (auto& slot : s.slots) slot.queue.clear();
-    for (const auto& [r, info] : s.ranks) s.outbox.push_back({r, wire::stop, "{}"});
+    const std::string stop = nlohmann::json{{"ranks_lost", s.lost.size()}}.dump();
+    for (const auto& [r, info] : s.ranks) s.outbox.push_back({r, wire::stop, stop});
     s.stopping = true;
   }
   s.wake.notify_all();

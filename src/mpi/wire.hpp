@@ -19,7 +19,7 @@ enum tag : int {
   job = 2,        // 0 -> worker: job_message
   result = 3,     // worker -> 0: an eval_outcome
   cancel = 4,     // 0 -> worker: {"id"}
-  stop = 5,       // 0 -> worker: {}
+  stop = 5,       // 0 -> worker: {"ranks_lost"}
   heartbeat = 6,  // worker -> 0: {}
 };
 

@@ -42,7 +42,9 @@ environment::environment(int& argc, char**& argv) {
 }
 
 environment::~environment() {
-  if (owns_) MPI_Finalize();
+  // After a lost rank, Open MPI 4.1's MPI_Finalize may wait forever for it
+  // (docs/distributed.md): the process ends without it.
+  if (owns_ && !rank_was_lost()) MPI_Finalize();
 }
 
 expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, const std::vector<task>& tasks,
@@ -140,6 +142,7 @@ expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, 
             const auto id = nlohmann::json::parse(m->body).at("id").get<job_id>();
             loop.post([&ev, id] { ev.cancel(id); });
           } else if (m->tag == wire::stop) {
+            if (nlohmann::json::parse(m->body).value("ranks_lost", 0) > 0) note_rank_lost();
             loop.post(stop_all);
             done = true;
             break;

@@ -42,7 +42,9 @@ namespace mpi {
 /// destruction; errors on MPI_COMM_WORLD are returned, not fatal, so the pool
 /// can survive a lost rank where the runtime lets it (docs/distributed.md).
 /// Throws std::runtime_error when MPI cannot give that thread level. If MPI
-/// was initialised already, neither initialises nor finalises.
+/// was initialised already, neither initialises nor finalises. Once a rank
+/// of the job was lost, the destructor skips MPI_Finalize: Open MPI 4.1's
+/// waits for every rank, the lost one too, and may never return.
 class environment {
  public:
   environment(int& argc, char**& argv);
