@@ -81,7 +81,8 @@ void link::abandon(int rank) {
 
 void link::flush(std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
-  while (progress() > 0 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  while (progress() > 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
 message receive(int rank, int tag) {

@@ -308,7 +308,8 @@ struct mpi_pool::state {
 
 expected<std::unique_ptr<mpi_pool>, error> mpi_pool::create(executor& loop, pool_config config) {
   if (loop.is_virtual())
-    return unexpected(error{"mpi_pool needs a real-time executor (event_loop<steady_clock>): its thread posts results"});
+    return unexpected(
+        error{"mpi_pool needs a real-time executor (event_loop<steady_clock>): its thread posts results"});
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -426,7 +427,8 @@ bool mpi_pool::cancel(job_id id) {
 
 std::pair<int, int> mpi_pool::owner(int device) const {
   std::lock_guard lock(state_->mutex);
-  const auto& slot = state_->slots.at(static_cast<std::size_t>(state_->device_map.at(static_cast<std::size_t>(device))));
+  const int slot_index = state_->device_map.at(static_cast<std::size_t>(device));
+  const auto& slot = state_->slots.at(static_cast<std::size_t>(slot_index));
   return {slot.rank, slot.local};
 }
 

@@ -37,7 +37,8 @@ inline eval_outcome judge(const eval_job& j) {
       if (broken)
         o.result = {.kind = verdict_kind::compile_error,
                     .summary = "error: #error directive",
-                    .log = fmt::format("kernel.cu(1): error: #error directive \"{}\"", j.for_task ? j.for_task->name : ""),
+                    .log = fmt::format("kernel.cu(1): error: #error directive \"{}\"",
+                                       j.for_task ? j.for_task->name : ""),
                     .mismatch = {}};
       break;
     case stage::validate:

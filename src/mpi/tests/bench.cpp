@@ -99,6 +99,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto latency = std::chrono::microseconds(o.latency_us);
+  const auto busy_poll = std::chrono::microseconds(o.busy_poll_us);
+  const auto idle_poll = std::chrono::microseconds(o.idle_poll_us);
   event_loop<steady_clock> loop;
   if (o.local) {
     mpi::testing::standin_evaluator standin(loop, o.devices, 2, latency);
@@ -109,10 +111,10 @@ int main(int argc, char** argv) {
   if (env.rank() != 0) {
     mpi::testing::standin_evaluator standin(loop, o.devices, 2, latency);
     auto served = mpi::serve(loop, mpi::local_evaluator::of(standin), *tasks,
-                             {.busy_poll = std::chrono::microseconds(o.busy_poll_us), .idle_poll = std::chrono::microseconds(o.idle_poll_us)});
+                             {.busy_poll = busy_poll, .idle_poll = idle_poll});
     return served ? 0 : 1;
   }
-  auto pool = mpi::mpi_pool::create(loop, {.busy_poll = std::chrono::microseconds(o.busy_poll_us), .idle_poll = std::chrono::microseconds(o.idle_poll_us)});
+  auto pool = mpi::mpi_pool::create(loop, {.busy_poll = busy_poll, .idle_poll = idle_poll});
   if (!pool) {
     std::fprintf(stderr, "%s\n", pool.error().message.c_str());
     return 1;

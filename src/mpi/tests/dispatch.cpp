@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
       } else {
         const eval_outcome want = mpi::testing::judge(job);
         if (o.cancelled || o.unjudged) fail(fmt::format("job {}: cancelled or unjudged: {}", job.id, o.result.summary));
-        if (!(o.result == want.result)) fail(fmt::format("job {}: verdict {} '{}'", job.id, to_string(o.result.kind), o.result.summary));
+        if (!(o.result == want.result))
+          fail(fmt::format("job {}: verdict {} '{}'", job.id, to_string(o.result.kind), o.result.summary));
         if (!(o.compile == want.compile)) fail(fmt::format("job {}: compile report differs", job.id));
         if (o.timing != want.timing) fail(fmt::format("job {}: timing differs", job.id));
         if (o.busy != std::chrono::milliseconds(2)) fail(fmt::format("job {}: busy {} ns", job.id, o.busy.count()));
