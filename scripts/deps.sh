@@ -4,7 +4,7 @@
 # (apt-get update only when something is missing).
 # Debian package names of everything the build and the tests need.
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev catch2 libcurl4-openssl-dev pkg-config libcli11-dev
-  libxxhash-dev)
+  libxxhash-dev libopenmpi-dev openmpi-bin)
 # Only the tests: the browser the report's page is rendered in and PyTorch for the KernelBench
 # importer's test (each test skips without its package).
 test_packages=(chromium python3-torch)
