@@ -7,6 +7,8 @@
 // evaluates every candidate on the real GPUs instead. `--backend openai
 // --evaluator gpu --task-files F...` is the whole product: a served model
 // writes kernels for one's own tasks and the GPUs judge them, in real time.
+// `mpirun -np N specgen-run --evaluator mpi ...` spreads the evaluation over
+// the GPUs of the job's hosts: rank 0 searches, the other ranks evaluate.
 #include "support/cli.hpp"
 #include "support/out_dir.hpp"
 #include "support/world.hpp"
@@ -20,6 +22,10 @@
 #ifdef SPECGEN_RUN_GPU
 #include <specgen/gpu/evaluation.hpp>
 #include <specgen/gpu/device_info.hpp>
+#endif
+#ifdef SPECGEN_RUN_MPI
+#include <specgen/mpi/gpu_worker.hpp>
+#include <specgen/mpi/pool.hpp>
 #endif
 
 #include <fmt/format.h>
@@ -87,8 +93,13 @@ void declare(programs::options& o) {
              "corpus's cost table measured on an H200 (it knows only the\n"
              "kernels it measured: replay backend only); gpu: the GPU pool,\n"
              "compiling, validating and profiling every candidate on real\n"
-             "GPUs (real time; the replay model at its calibrated speed)")
-      .value("gpus", "LIST", "--evaluator gpu: the GPUs to use, e.g. 0,1 (default: all)")
+             "GPUs (real time; the replay model at its calibrated speed);\n"
+             "mpi: the GPUs of every host of an MPI job, started with\n"
+             "mpirun -np N (rank 0 searches, every other rank evaluates on\n"
+             "its host's GPUs; docs/distributed.md)")
+      .value("gpus", "LIST",
+             "--evaluator gpu: the GPUs to use, e.g. 0,1 (default: all);\n"
+             "mpi: the GPUs of each host, shared by its worker ranks")
       .flag("hardware-metrics",
             "--evaluator gpu: also collect CUPTI's hardware counters in each\n"
             "profile (DRAM, L2, SM throughput, occupancy; 8 replays more per\n"
@@ -143,6 +154,9 @@ constexpr const char* footer_text = R"(Backends and evaluators:
                                      tasks or the suite's
   --backend openai --evaluator sim   refused: the simulated device has no honest
                                      verdict for a kernel it never measured
+  mpirun -np N specgen-run --evaluator mpi ...
+                                     either backend, judged on the GPUs of the
+                                     MPI job's worker ranks (rank 0 searches)
 
 Exit status: 0 when every search ran (failed streams are counted in the summary and
 results.json); 1 when the run failed, or every stream of a search failed; 2 for bad
@@ -238,7 +252,8 @@ nlohmann::json openai_summary(const openai::openai_backend& b) {
 /// combination is decided here, and a refused one says what to use instead.
 struct run_plan {
   bool openai = false;   ///< --backend openai (else replay)
-  bool on_gpus = false;  ///< --evaluator gpu (else the simulated device)
+  bool on_gpus = false;  ///< --evaluator gpu or mpi (else the simulated device)
+  bool mpi = false;      ///< --evaluator mpi: the GPU pools of an MPI job's worker ranks
   bool stand_in = false; ///< --stand-in-worker: the GPU pool's jobs run in a stand-in, verdicts scripted
   std::vector<fs::path> task_files{};
 };
@@ -248,9 +263,11 @@ run_plan choose_run(const programs::options& a) {
   const std::string backend = a.get("backend", "replay");
   if (backend != "replay" && backend != "openai") throw std::invalid_argument(fmt::format("--backend {}: use replay or openai", backend));
   const std::string evaluator = a.get("evaluator", "sim");
-  if (evaluator != "sim" && evaluator != "gpu") throw std::invalid_argument(fmt::format("--evaluator {}: use sim or gpu", evaluator));
+  if (evaluator != "sim" && evaluator != "gpu" && evaluator != "mpi")
+    throw std::invalid_argument(fmt::format("--evaluator {}: use sim, gpu or mpi", evaluator));
   p.openai = backend == "openai";
-  p.on_gpus = evaluator == "gpu";
+  p.mpi = evaluator == "mpi";
+  p.on_gpus = evaluator == "gpu" || p.mpi;
   p.stand_in = a.has("stand-in-worker");
   for (const auto& f : a.values("task-files")) p.task_files.emplace_back(f);
   for (const char* flag : {"base-url", "model", "preset", "server", "api-key-env", "openai-config"})
@@ -291,15 +308,22 @@ void check_build([[maybe_unused]] const run_plan& p) {
 #endif
 #ifndef SPECGEN_RUN_GPU
   if (p.on_gpus)
-    throw std::invalid_argument("--evaluator gpu: this specgen-run was built without the CUDA Toolkit, so it has no GPU "
-                                "evaluator; rebuild where the toolkit is installed");
+    throw std::invalid_argument(fmt::format("--evaluator {}: this specgen-run was built without the CUDA Toolkit, so it "
+                                            "has no GPU evaluator; rebuild where the toolkit is installed",
+                                            p.mpi ? "mpi" : "gpu"));
+#endif
+#ifndef SPECGEN_RUN_MPI
+  if (p.mpi)
+    throw std::invalid_argument("--evaluator mpi: this specgen-run was built without MPI (install libopenmpi-dev and "
+                                "openmpi-bin, and rebuild)");
 #endif
 }
 
 /// The evaluator as results.json and the startup line name it.
 std::string evaluator_name(const run_plan& p) {
   if (!p.on_gpus) return "simulated_device";
-  return p.stand_in ? "gpu_pool (stand-in worker: scripted verdicts, not measured)" : "gpu_pool";
+  const std::string pool = p.mpi ? "mpi_pool" : "gpu_pool";
+  return p.stand_in ? pool + " (stand-in worker: scripted verdicts, not measured)" : pool;
 }
 
 #ifdef SPECGEN_RUN_GPU
@@ -375,7 +399,85 @@ std::unique_ptr<gpu::gpu_pool> start_pool(event_loop<steady_clock>& loop, gpu::p
 }
 #endif
 
-int run(int argc, char** argv) {
+#if defined(SPECGEN_RUN_GPU) && defined(SPECGEN_RUN_MPI)
+/// A worker rank of --evaluator mpi: its share of its host's GPUs (or of the
+/// stand-in's devices) in a GPU pool, serving rank 0's jobs until rank 0 says
+/// stop. One that cannot start its pool tells rank 0 why. Prints only errors.
+int serve_as_worker(const programs::options& a, const run_plan& p, const replay::corpus& c,
+                    const mpi::environment& env) {
+  expected<void, error> served;
+  try {
+    served = mpi::serve_gpus(env, c.tasks, pool_config_from(a, p));
+  } catch (const std::exception& e) {  // the flags this host cannot honour (--gpus, --stand-in-worker)
+    auto told = mpi::refuse(e.what());
+    served = unexpected(error{told ? std::string(e.what()) : told.error().message});
+  }
+  if (!served) {
+    fmt::print(stderr, "specgen-run: rank {}: {}\n", env.rank(), served.error().what());
+    return 1;
+  }
+  return 0;
+}
+
+/// Rank 0's pool over the worker ranks. A lost rank is said on stderr and
+/// journaled through `sink` (set while the run lasts).
+std::unique_ptr<mpi::mpi_pool> start_mpi_pool(executor& loop, std::shared_ptr<programs::evaluator_event_sink> sink) {
+  mpi::pool_config pc;
+  pc.on_rank_lost = [sink](const mpi::rank_loss& l) {
+    fmt::print(stderr,
+               "specgen-run: MPI rank {} lost (nothing heard from it for {:.1f} s): {} of its job(s) sent to other "
+               "ranks, {} answered unjudged; {} worker rank(s) left\n",
+               l.rank, static_cast<double>(l.silent.count()) / 1e3, l.resent, l.unjudged, l.ranks_left);
+    if (*sink)
+      (*sink)("rank_lost", {{"rank", l.rank},
+                            {"silent_s", static_cast<double>(l.silent.count()) / 1e3},
+                            {"resent_jobs", l.resent},
+                            {"unjudged_jobs", l.unjudged},
+                            {"ranks_left", l.ranks_left}});
+  };
+  auto pool = mpi::mpi_pool::create(loop, std::move(pc));
+  if (!pool) throw std::runtime_error(fmt::format("cannot start the MPI pool: {}", pool.error().what()));
+  return std::move(*pool);
+}
+
+/// Says what the MPI pool's worker ranks run on.
+void print_workers(const mpi::mpi_pool& pool, const run_plan& p) {
+  const auto ws = pool.workers();
+  fmt::print("             MPI: {} worker rank(s), {} device(s){}\n", ws.size(), pool.devices(),
+             p.stand_in ? ", every job in stand-in workers: verdicts are scripted, nothing is measured" : "");
+  for (const auto& w : ws) {
+    std::string devices;
+    for (std::size_t d = 0; d < w.devices.size(); ++d)
+      devices += fmt::format("{}{} ({})", d ? ", " : "", w.first_device + static_cast<int>(d), w.devices[d]);
+    fmt::print("               rank {}{}: {}{}\n", w.rank, w.host.empty() ? "" : " on " + w.host, devices,
+               w.cores > 0 ? fmt::format(", {} CPU core(s)", w.cores) : "");
+  }
+  // A rank bound to a core or two compiles and drives its GPUs on them, with its MPI thread polling.
+  for (const auto& w : ws)
+    if (w.cores > 0 && w.cores < 4)
+      fmt::print("             warning: rank {} may run on {} CPU core(s) only (the MPI launcher bound it): its "
+                 "compiles and GPU workers share them and evaluations slow down; start it with mpirun --bind-to none\n",
+                 w.rank, w.cores);
+}
+
+/// The MPI pool in results.json: each worker rank, what it answered, what was lost.
+nlohmann::json mpi_summary(const mpi::mpi_pool& pool) {
+  const auto st = pool.stats();
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& w : pool.workers())
+    workers.push_back({{"rank", w.rank}, {"host", w.host}, {"devices", w.devices}, {"first_device", w.first_device},
+                       {"compile_slots", w.compile_slots}, {"cores", w.cores}, {"alive", w.alive}, {"jobs", w.jobs}});
+  return {{"workers", workers}, {"cancelled_jobs", st.cancelled}, {"resent_jobs", st.requeued}, {"lost_ranks", st.lost_ranks}};
+}
+#endif
+
+#ifdef SPECGEN_RUN_MPI
+using mpi_environment = std::optional<mpi::environment>;
+#else
+using mpi_environment = std::optional<int>;  // no MPI in this build: never set
+#endif
+
+int run(int argc, char** argv, [[maybe_unused]] mpi_environment& mpi_env) {
   CLI::App app("Runs one speculative kernel search per task of a suite and writes the results.", "specgen-run");
   programs::configure(app);
   app.footer(footer_text);
@@ -419,6 +521,20 @@ int run(int argc, char** argv) {
   if (cc.dir && !cc.tasks_only && !rounds_given) cfg->budget.max_rounds = std::max(1, programs::recorded_rounds(*corpus));
   check_build(plan);
 
+#if defined(SPECGEN_RUN_GPU) && defined(SPECGEN_RUN_MPI)
+  // Every rank of an MPI job gets here with the same flags and tasks; the
+  // workers evaluate, rank 0 goes on and searches.
+  std::optional<event_loop<steady_clock>> mpi_loop;
+  std::unique_ptr<mpi::mpi_pool> mpi_pool;
+  auto rank_events = std::make_shared<programs::evaluator_event_sink>();
+  if (plan.mpi) {
+    mpi_env.emplace(argc, argv);
+    if (mpi_env->rank() != 0) return serve_as_worker(a, plan, *corpus, *mpi_env);
+    mpi_loop.emplace();
+    mpi_pool = start_mpi_pool(*mpi_loop, rank_events);
+  }
+#endif
+
   programs::run_options o;
   o.sim.devices = a.number<int>("devices", 4, limits::devices);
   if (a.has("decode-rate"))
@@ -426,7 +542,7 @@ int run(int argc, char** argv) {
   o.sim.seed = cfg->seed;
 #ifdef SPECGEN_RUN_GPU
   std::optional<gpu::pool_config> pool_cfg;
-  if (plan.on_gpus) pool_cfg = pool_config_from(a, plan);
+  if (plan.on_gpus && !plan.mpi) pool_cfg = pool_config_from(a, plan);
 #endif
   // A real server streams in real time, and real GPUs evaluate in it.
   const bool real_time = a.has("real-time") || plan.openai || plan.on_gpus;
@@ -440,7 +556,10 @@ int run(int argc, char** argv) {
   const std::string what = fmt::format("specgen-run: {} task(s) {} {}, mode {}, {} round(s), backend {}", corpus->tasks.size(),
                                        plan.task_files.empty() ? "of" : "from", corpus_name,
                                        cj.value("mode", std::string("specgen")), rounds, backend_name);
-  if (plan.stand_in)
+  if (plan.mpi)
+    fmt::print("{}, evaluator: the MPI pool{} (real time)\n", what,
+               plan.stand_in ? " with stand-in workers (for testing: scripted verdicts, not measured)" : "");
+  else if (plan.stand_in)
     fmt::print("{}, evaluator: the GPU pool with a stand-in worker (for testing: scripted verdicts, not measured; real time)\n", what);
   else if (plan.on_gpus)
     fmt::print("{}, evaluator: the GPU pool (real time)\n", what);
@@ -468,12 +587,13 @@ int run(int argc, char** argv) {
   }
   const auto checked = [&] {
     fmt::print("check passed: the flags, {} task(s){}{}; nothing was run or written\n", corpus->tasks.size(),
-               plan.openai ? ", the server" : "", plan.on_gpus ? ", the GPU pool" : "");
+               plan.openai ? ", the server" : "", plan.mpi ? ", the MPI pool" : plan.on_gpus ? ", the GPU pool" : "");
     return 0;
   };
 
   const nlohmann::json config_json = to_json(*cfg);
   nlohmann::json backend_json;  // what the OpenAI backend did; null for replay
+  nlohmann::json evaluator_json;  // the MPI pool's ranks and what they did; null otherwise
   expected<run_result, programs::run_error> r;
   if (!plan.on_gpus) {
     // The replay model and the simulated device (the openai backend needs the GPUs: choose_run).
@@ -482,8 +602,13 @@ int run(int argc, char** argv) {
                   : programs::run_corpus<virtual_clock>(*corpus, std::move(*cfg), o);
   } else {
 #ifdef SPECGEN_RUN_GPU
-    // The replay model or a server, and the GPU pool, on one real-time loop.
-    event_loop<steady_clock> loop;
+    // The replay model or a server, and the GPU pool (or the MPI pool), on one real-time loop.
+    std::optional<event_loop<steady_clock>> local_loop;
+#ifdef SPECGEN_RUN_MPI
+    event_loop<steady_clock>& loop = mpi_loop ? *mpi_loop : local_loop.emplace();
+#else
+    event_loop<steady_clock>& loop = local_loop.emplace();
+#endif
 #ifdef SPECGEN_RUN_OPENAI
     std::unique_ptr<openai::openai_backend> server;
     if (plan.openai) {
@@ -493,17 +618,30 @@ int run(int argc, char** argv) {
       print_server(server->server(), server->config());
     }
 #endif
-    auto pool = start_pool(loop, std::move(*pool_cfg), plan);
-    if (check) return checked();
+    auto search = [&](auto& evaluator) {
 #ifdef SPECGEN_RUN_OPENAI
-    if (server) {
-      r = programs::run_corpus_on(loop, *server, *pool, *corpus, std::move(*cfg), o);
-      if (r || r.error().why == programs::run_error::kind::failed) backend_json = openai_summary(*server);
+      if (server) {
+        r = programs::run_corpus_on(loop, *server, evaluator, *corpus, std::move(*cfg), o);
+        if (r || r.error().why == programs::run_error::kind::failed) backend_json = openai_summary(*server);
+        return;
+      }
+#endif
+      replay::replay_model model(loop, corpus->traces, o.replay);
+      r = programs::run_corpus_on(loop, model, evaluator, *corpus, std::move(*cfg), o);
+    };
+#ifdef SPECGEN_RUN_MPI
+    if (mpi_pool) {
+      print_workers(*mpi_pool, plan);
+      if (check) return checked();
+      o.evaluator_events = [rank_events](programs::evaluator_event_sink sink) { *rank_events = std::move(sink); };
+      search(*mpi_pool);
+      evaluator_json = mpi_summary(*mpi_pool);
     }
 #endif
-    if (!plan.openai) {
-      replay::replay_model model(loop, corpus->traces, o.replay);
-      r = programs::run_corpus_on(loop, model, *pool, *corpus, std::move(*cfg), o);
+    if (!plan.mpi) {
+      auto pool = start_pool(loop, std::move(*pool_cfg), plan);
+      if (check) return checked();
+      search(*pool);
     }
 #endif
   }
@@ -520,6 +658,7 @@ int run(int argc, char** argv) {
   if (!backend_json.is_null()) results["backend"] = backend_json;
   results["corpus"] = corpus_name;
   results["evaluator"] = evaluator_name(plan);
+  if (!evaluator_json.is_null()) results["mpi"] = evaluator_json;
   {
     std::ofstream f(out / "results.json");
     f << results.dump(2) << '\n';
@@ -572,8 +711,11 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // An MPI job's environment outlives run() so that an error is printed before
+  // MPI_Finalize lets the other ranks end.
+  mpi_environment mpi_env;
   try {
-    return run(argc, argv);
+    return run(argc, argv, mpi_env);
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "specgen-run: {}\n", e.what());
     return 2;

@@ -157,6 +157,9 @@ struct run_error {
   [[nodiscard]] const std::string& what() const noexcept { return message; }
 };
 
+/// Journals an event of the evaluator's: what happened ("rank_lost") and its details (an object).
+using evaluator_event_sink = std::function<void(std::string_view event, nlohmann::json details)>;
+
 /// How to run one configuration on a corpus.
 struct run_options {
   replay::replay_params replay{};
@@ -169,6 +172,10 @@ struct run_options {
   /// `run_corpus` only: main streams play these traces as a model that
   /// answers feedback would (replay/responsive.hpp), instead of (task, round, lane).
   std::shared_ptr<const replay::responsive_traces> responsive{};
+  /// `run_corpus_on`: called before the run with a sink that journals the
+  /// evaluator's events (engine::note_evaluator_event), and again with an
+  /// empty one when the run ends. Call the sink on the loop's thread.
+  std::function<void(evaluator_event_sink)> evaluator_events{};
 };
 
 /// Run `cfg` over every task of `c` with `model`, a backend on `loop`, and
@@ -206,7 +213,12 @@ expected<run_result, run_error> run_corpus_on(event_loop<Clock>& loop, Backend& 
                                   run_error::kind::other_run));
   if (o.progress)
     eng.on_progress([&](const std::vector<search_progress>& p) { o.progress(p, to_seconds(loop.now())); }, o.progress_every);
+  if (o.evaluator_events)
+    o.evaluator_events([&eng](std::string_view event, nlohmann::json details) {
+      eng.note_evaluator_event(event, std::move(details));
+    });
   run_result r = eng.run();
+  if (o.evaluator_events) o.evaluator_events(nullptr);
   if (o.timeline && !tl.write(*o.timeline)) return unexpected(error{fmt::format("cannot write {}", o.timeline->string())});
   return r;
 }

@@ -194,6 +194,16 @@ class engine final : private stream_sink {
     progress_interval_ = interval;
   }
 
+  /// Journals something that happened to the evaluator (`event`, e.g.
+  /// "rank_lost", with `details`, an object) as an evaluator_event record at
+  /// the run's time, so that the journal tells what the run ran on. Call on
+  /// the loop's thread while the run lasts; without a journal it does nothing.
+  void note_evaluator_event(std::string_view event, nlohmann::json details = nlohmann::json::object()) {
+    if (!details.is_object()) throw std::invalid_argument("an evaluator event's details must be a JSON object");
+    details["event"] = event;
+    journal(journal_records::evaluator_event, std::move(details));
+  }
+
   /// Run every search to its end. Returns the measured outcome.
   run_result run();
 

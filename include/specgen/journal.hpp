@@ -71,6 +71,10 @@ inline constexpr std::string_view target_reached = "target_reached";
 inline constexpr std::string_view stream_error = "stream_error";
 /// The prompt a lane's reasoning stream was started with (for reading, not for resuming).
 inline constexpr std::string_view prompt = "prompt";
+/// Something that happened to the evaluator during the run, as the program
+/// driving it reports it (`event`: "rank_lost" when an MPI worker rank was
+/// taken for dead): for reading, not for resuming.
+inline constexpr std::string_view evaluator_event = "evaluator_event";
 }  // namespace journal_records
 
 /// The journal format this library writes and reads. Format 1 (before run
@@ -500,6 +504,9 @@ struct journal_state {
   timestamp last_t{0};                 ///< latest record time
   std::uint64_t records = 0;           ///< complete records read
   std::optional<std::size_t> torn_line{};  ///< line number of an ignored torn last line
+  /// The evaluator_event records, in order, each without its type (its `t`
+  /// is the run time in seconds, `event` what happened).
+  std::vector<nlohmann::json> evaluator_events{};
 
   /// Ids of the candidates with `status`, ascending.
   [[nodiscard]] std::vector<candidate_id> ids_with(candidate_status status) const {
@@ -684,6 +691,10 @@ inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t 
   } else if (type == rec::target_reached) {
     auto& js = search_of();
     if (!js.target_reached_at) js.target_reached_at = t;
+  } else if (type == rec::evaluator_event) {
+    nlohmann::json e = r;
+    for (const char* key : {"type", "t_ns"}) e.erase(key);
+    s.evaluator_events.push_back(std::move(e));
   } else if (type == rec::stream_error || type == rec::fork_error) {
     auto& js = search_of();
     if (js.stream_failures++ == 0) js.first_stream_error = key_or(r, "error", std::string{});

@@ -2,7 +2,7 @@
 # Build and test on the GPU machine (Ubuntu 24.04, CUDA 13, g++ 13, no package
 # registry). The Debian packages the build needs travel as .deb files in .debs/
 # (fetch them here with `apt-get download libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libxxhash-dev
-# catch2` inside .debs/) and are unpacked into a private prefix. Results go to
+# catch2 libopenmpi-dev` inside .debs/) and are unpacked into a private prefix. Results go to
 # $OUT (or ./device-out).
 #
 # To build exactly the committed tree (not a working copy with work in
@@ -28,8 +28,16 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 # SPECGEN_WERROR=OFF for measurement runs: the machine's g++ 13 warns where CI's g++ 12 does not
 # (count the warnings in build.log and fix them in the tree).
+# MPI: the machine's Open MPI (mpirun) without its headers; Debian's libopenmpi-dev from .debs/
+# gives them, and FindMPI is told where, without a compiler wrapper.
+mpi=()
+if ! command -v mpicxx >/dev/null && [[ -f $prefix/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ]]; then
+  libmpi=$(ls /usr/lib/x86_64-linux-gnu/libmpi.so.40* 2>/dev/null | head -1)
+  [[ -n $libmpi ]] && mpi=(-DMPI_CXX_SKIP_MPICXX=ON -DMPI_CXX_HEADER_DIR="$prefix/usr/lib/x86_64-linux-gnu/openmpi/include"
+                          -DMPI_CXX_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$libmpi")
+fi
 cmake -S "$repo" -B "$build" "${generator[@]}" -DSPECGEN_WERROR="${SPECGEN_WERROR:-ON}" -DCMAKE_PREFIX_PATH="$prefix/usr" \
-  -DCUDAToolkit_ROOT=/usr/local/cuda > "$out/configure.log" 2>&1 || { echo "configure failed"; tail -30 "$out/configure.log"; exit 1; }
+  -DCUDAToolkit_ROOT=/usr/local/cuda "${mpi[@]}" > "$out/configure.log" 2>&1 || { echo "configure failed"; tail -30 "$out/configure.log"; exit 1; }
 # Ninja keeps going after a failure (-k 0), so one call shows every error.
 keep=(); ((${#generator[@]})) && keep=(-- -k 0)
 cmake --build "$build" -j"$(nproc)" "${keep[@]}" > "$out/build.log" 2>&1 || { echo "build failed"; grep -E "error|warning" "$out/build.log" | sort -u | head -40; exit 1; }

@@ -41,6 +41,10 @@ struct mpi_pool::state {
   };
   struct rank_info {
     bool alive = true;
+    std::string host;
+    int cores = 0;
+    std::vector<std::string> names;
+    int first_device = 0;
     int compile_slots = 0;
     int compiling = 0;
     std::uint64_t jobs = 0;
@@ -174,6 +178,8 @@ struct mpi_pool::state {
   /// Rank `rank` is gone: its devices are served by live ones and its jobs
   /// sent again (or answered, when cancelled or when no rank is left).
   void lose(int rank) {
+    rank_loss loss{.rank = rank,
+                   .silent = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - ranks[rank].last_heard)};
     ranks[rank].alive = false;
     ranks[rank].compiling = 0;
     lost.push_back(rank);
@@ -206,6 +212,7 @@ struct mpi_pool::state {
         continue;
       }
       if (live.empty()) {
+        ++loss.unjudged;
         eval_outcome o;
         o.id = id;
         o.kind = rec.job.kind;
@@ -216,6 +223,7 @@ struct mpi_pool::state {
         continue;
       }
       if (rec.rank >= 0) ++requeued;
+      ++loss.resent;
       rec.rank = -1;
       if (rec.job.kind == stage::compile) {
         compile_queue.push_front(id);
@@ -237,7 +245,8 @@ struct mpi_pool::state {
       }
       compile_queue.clear();
     }
-    if (config.on_rank_lost) loop.post([cb = config.on_rank_lost, rank] { cb(rank); });
+    for (const auto& [r, info] : ranks) loss.ranks_left += info.alive ? 1 : 0;
+    if (config.on_rank_lost) loop.post([cb = config.on_rank_lost, loss] { cb(loss); });
     dispatch();
   }
 
@@ -317,17 +326,39 @@ expected<std::unique_ptr<mpi_pool>, error> mpi_pool::create(executor& loop, pool
   if (rank != 0) return unexpected(error{fmt::format("mpi_pool runs on rank 0, not on rank {}", rank)});
   if (size < 2) return unexpected(error{"mpi_pool needs worker ranks: start the program with mpirun -np 2 or more"});
   auto s = std::make_unique<state>(loop, std::move(config));
+  // Every worker's hello first, refusals included, so that all of them hear the outcome.
+  std::string refused;
   for (int r = 1; r < size; ++r) {
+    auto& info = s->ranks[r];
     try {
       const message m = receive(r, wire::hello);
       const auto j = nlohmann::json::parse(m.body);
+      info.host = j.value("host", std::string{});
+      if (j.contains("refused")) {
+        refused += fmt::format("{}rank {}{}: {}", refused.empty() ? "" : "; ", r,
+                               info.host.empty() ? "" : " on " + info.host, j.at("refused").get<std::string>());
+        continue;
+      }
       const int devices = j.at("devices").get<int>();
-      auto& info = s->ranks[r];
       info.compile_slots = j.at("compile_slots").get<int>();
+      info.cores = j.value("cores", 0);
+      info.names = j.value("device_names", std::vector<std::string>{});
+      info.names.resize(static_cast<std::size_t>(devices));
+      info.first_device = static_cast<int>(s->slots.size());
       for (int d = 0; d < devices; ++d) s->slots.push_back({.rank = r, .local = d, .busy = false, .queue = {}});
     } catch (const std::exception& e) {
-      return unexpected(error{fmt::format("rank {}'s hello: {}", r, e.what())});
+      refused += fmt::format("{}rank {}'s hello: {}", refused.empty() ? "" : "; ", r, e.what());
     }
+  }
+  if (!refused.empty() || s->slots.empty()) {
+    // The workers that said hello wait for a job or a stop: they get the stop.
+    for (int r = 1; r < size; ++r) {
+      try {
+        send_now(r, wire::stop, "{}");
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): the error below is what counts
+      }
+    }
+    return unexpected(error{refused.empty() ? "no worker rank has a device" : "worker ranks could not start: " + refused});
   }
   for (std::size_t i = 0; i < s->slots.size(); ++i) s->device_map.push_back(static_cast<int>(i));
   const auto now = clk::now();
@@ -440,6 +471,22 @@ pool_stats mpi_pool::stats() const {
   out.cancelled = s.cancelled;
   out.requeued = s.requeued;
   out.lost_ranks = s.lost;
+  return out;
+}
+
+std::vector<worker_info> mpi_pool::workers() const {
+  const state& s = *state_;
+  std::lock_guard lock(s.mutex);
+  std::vector<worker_info> out;
+  for (const auto& [r, info] : s.ranks)
+    out.push_back({.rank = r,
+                   .host = info.host,
+                   .devices = info.names,
+                   .first_device = info.first_device,
+                   .compile_slots = info.compile_slots,
+                   .cores = info.cores,
+                   .alive = info.alive,
+                   .jobs = info.jobs});
   return out;
 }
 

@@ -15,7 +15,7 @@ namespace mpi::wire {
 
 /// MPI tags of the messages.
 enum tag : int {
-  hello = 1,      // worker -> 0: {"devices", "compile_slots"}
+  hello = 1,      // worker -> 0: {"devices", "compile_slots", "host", "cores", "device_names"}
   job = 2,        // 0 -> worker: job_message
   result = 3,     // worker -> 0: an eval_outcome
   cancel = 4,     // 0 -> worker: {"id"}

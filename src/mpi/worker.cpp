@@ -9,6 +9,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include <sched.h>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -39,12 +42,68 @@ environment::environment(int& argc, char**& argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // The ranks on this host, in world-rank order; every one but rank 0 is a worker.
+  MPI_Comm host = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host) != MPI_SUCCESS)
+    throw std::runtime_error("MPI_Comm_split_type failed: cannot tell which ranks share this host");
+  int host_size = 0;
+  MPI_Comm_size(host, &host_size);
+  std::vector<int> world_ranks(static_cast<std::size_t>(host_size));
+  MPI_Allgather(&rank_, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, host);
+  MPI_Comm_free(&host);
+  std::sort(world_ranks.begin(), world_ranks.end());
+  for (int r : world_ranks) {
+    if (r == 0) continue;
+    if (r == rank_) host_worker_index_ = host_workers_;
+    ++host_workers_;
+  }
+}
+
+namespace {
+/// The CPU cores this process may run on (an MPI launcher may have bound it to one).
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
+std::string processor_name() {
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int n = 0;
+  if (MPI_Get_processor_name(host, &n) != MPI_SUCCESS) n = 0;
+  return {host, static_cast<std::size_t>(std::max(n, 0))};
+}
+}  // namespace
+
+std::vector<int> share_devices(const std::vector<int>& devices, int workers, int index) {
+  std::vector<int> mine;
+  const int n = static_cast<int>(devices.size());
+  if (n == 0 || workers <= 0 || index < 0) return mine;
+  if (workers >= n) {
+    mine.push_back(devices[static_cast<std::size_t>(index % n)]);
+    return mine;
+  }
+  for (int d = index; d < n; d += workers) mine.push_back(devices[static_cast<std::size_t>(d)]);
+  return mine;
 }
 
 environment::~environment() {
   // After a lost rank, Open MPI 4.1's MPI_Finalize may wait forever for it
   // (docs/distributed.md): the process ends without it.
   if (owns_ && !rank_was_lost()) MPI_Finalize();
+}
+
+expected<void, error> refuse(const std::string& why) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    send_now(0, wire::hello, nlohmann::json{{"refused", why}, {"host", processor_name()}}.dump());
+    (void)receive(0, wire::stop);
+  } catch (const std::exception& e) {
+    return unexpected(error{fmt::format("rank {}: telling rank 0 it cannot serve: {}", rank, e.what())});
+  }
+  return {};
 }
 
 expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, const std::vector<task>& tasks,
@@ -54,7 +113,13 @@ expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, 
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   try {
-    send_now(0, wire::hello, nlohmann::json{{"devices", ev.devices}, {"compile_slots", ev.compile_slots}}.dump());
+    send_now(0, wire::hello,
+             nlohmann::json{{"devices", ev.devices},
+                            {"compile_slots", ev.compile_slots},
+                            {"host", processor_name()},
+                            {"cores", usable_cores()},
+                            {"device_names", ev.device_names}}
+                 .dump());
   } catch (const std::exception& e) {
     return unexpected(error{fmt::format("rank {}: saying hello to rank 0: {}", rank, e.what())});
   }

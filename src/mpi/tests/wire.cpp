@@ -1,6 +1,9 @@
-// The messages between rank 0 and the workers carry jobs and outcomes intact.
+// The messages between rank 0 and the workers carry jobs and outcomes intact;
+// worker ranks sharing a host split its GPUs. No MPI is started.
 #include "mpi/testing/standin_evaluator.hpp"
 #include "mpi/wire.hpp"
+
+#include <specgen/mpi/pool.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -47,4 +50,23 @@ TEST_CASE("an outcome crosses intact: verdict, mismatch (inf included), timing, 
   const auto back = mpi::wire::decode_outcome(mpi::wire::encode(u));
   CHECK(back.unjudged);
   CHECK(back.cancelled);
+}
+
+TEST_CASE("worker ranks on one host share its GPUs") {
+  const std::vector<int> gpus{0, 1, 2, 3};
+  // One worker takes them all; two take every other one; four take one each.
+  CHECK(mpi::share_devices(gpus, 1, 0) == gpus);
+  CHECK(mpi::share_devices(gpus, 2, 0) == std::vector<int>{0, 2});
+  CHECK(mpi::share_devices(gpus, 2, 1) == std::vector<int>{1, 3});
+  CHECK(mpi::share_devices(gpus, 4, 3) == std::vector<int>{3});
+  // Three workers: no GPU is left out, none is given twice.
+  CHECK(mpi::share_devices(gpus, 3, 0) == std::vector<int>{0, 3});
+  CHECK(mpi::share_devices(gpus, 3, 2) == std::vector<int>{2});
+  // More workers than GPUs: they share, round-robin.
+  CHECK(mpi::share_devices({5}, 2, 0) == std::vector<int>{5});
+  CHECK(mpi::share_devices({5}, 2, 1) == std::vector<int>{5});
+  CHECK(mpi::share_devices({0, 1}, 3, 2) == std::vector<int>{0});
+  // Nothing to share, or a rank that is not a worker (rank 0: index -1).
+  CHECK(mpi::share_devices({}, 2, 0).empty());
+  CHECK(mpi::share_devices(gpus, 2, -1).empty());
 }

@@ -53,12 +53,27 @@ class environment {
   environment& operator=(const environment&) = delete;
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
+  /// How many worker ranks (every rank but 0) run on this rank's host, and
+  /// which of them this one is (0, 1, ...; -1 on rank 0). Worker ranks that
+  /// share a host use these to share its GPUs (`share_devices`). Found by
+  /// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) in the constructor, which
+  /// every rank runs.
+  [[nodiscard]] int host_workers() const noexcept { return host_workers_; }
+  [[nodiscard]] int host_worker_index() const noexcept { return host_worker_index_; }
 
  private:
   bool owns_ = false;
   int rank_ = 0;
   int size_ = 1;
+  int host_workers_ = 0;
+  int host_worker_index_ = -1;
 };
+
+/// The devices worker `index` of `workers` ranks on one host takes from the
+/// host's `devices`: every `workers`-th one, starting at its index. With more
+/// worker ranks than devices, ranks share them: worker i takes device
+/// i mod (number of devices). Empty `devices` gives empty.
+std::vector<int> share_devices(const std::vector<int>& devices, int workers, int index);
 
 /// A worker rank's evaluator behind a type-erased face: what `serve` drives.
 /// Build one with `of` from any `evaluator` (gpu::gpu_pool, sim::simulated_device,
@@ -68,13 +83,19 @@ struct local_evaluator {
   int compile_slots = 0;
   std::function<void(eval_job, eval_callback)> submit{};
   std::function<bool(job_id)> cancel{};
+  /// What each device is (a GPU's name), as rank 0 shows it; may be empty.
+  std::vector<std::string> device_names{};
 
   template <evaluator E>
   static local_evaluator of(E& e) {
-    return {.devices = e.devices(),
-            .compile_slots = e.compile_slots(),
-            .submit = [&e](eval_job j, eval_callback cb) { e.submit(std::move(j), std::move(cb)); },
-            .cancel = [&e](job_id id) { return e.cancel(id); }};
+    local_evaluator l{.devices = e.devices(),
+                      .compile_slots = e.compile_slots(),
+                      .submit = [&e](eval_job j, eval_callback cb) { e.submit(std::move(j), std::move(cb)); },
+                      .cancel = [&e](job_id id) { return e.cancel(id); }};
+    if constexpr (requires { e.device(0).name; }) {
+      for (int d = 0; d < l.devices; ++d) l.device_names.emplace_back(e.device(d).name);
+    }
+    return l;
   }
 };
 
@@ -100,6 +121,21 @@ struct worker_config {
 expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, const std::vector<task>& tasks,
                             worker_config config = {});
 
+/// A worker rank that cannot serve (its GPUs would not start, say) tells
+/// rank 0 why instead of calling `serve`, and waits for rank 0's stop, so
+/// that the job ends with that reason rather than waiting on the rank:
+/// `mpi_pool::create` then returns an error naming every refusing rank.
+expected<void, error> refuse(const std::string& why);
+
+/// What `pool_config::on_rank_lost` is told of a lost rank.
+struct rank_loss {
+  int rank = 0;
+  std::chrono::milliseconds silent{0};  ///< how long nothing had come from it
+  int resent = 0;                       ///< its jobs sent again to live ranks (or queued for them)
+  int unjudged = 0;                     ///< its jobs answered unjudged: no rank was left
+  int ranks_left = 0;                   ///< worker ranks still alive
+};
+
 struct pool_config {
   /// A worker rank from which nothing (no result, no heartbeat) has arrived
   /// for this long is taken for dead: its jobs go to the other ranks.
@@ -111,8 +147,23 @@ struct pool_config {
   /// docs/distributed.md has what they cost.
   std::chrono::microseconds busy_poll{1000};
   std::chrono::microseconds idle_poll{250};
-  /// Called on the loop's thread when a rank is taken for dead, with its rank.
-  std::function<void(int rank)> on_rank_lost{};
+  /// Called on the loop's thread when a rank is taken for dead.
+  std::function<void(const rank_loss&)> on_rank_lost{};
+};
+
+/// A worker rank as rank 0 sees it.
+struct worker_info {
+  int rank = 0;
+  std::string host{};                  ///< the host it runs on (its hello's)
+  std::vector<std::string> devices{};  ///< its devices' names, in its order (may be empty strings)
+  int first_device = 0;                ///< the pool's number of its first device
+  int compile_slots = 0;
+  /// CPU cores the rank's process may run on (0: unknown). An MPI launcher
+  /// may bind a rank to one core (Open MPI's mpirun does for 2 ranks or
+  /// fewer); its compiles and GPU workers then share it.
+  int cores = 0;
+  bool alive = true;                   ///< false once taken for dead
+  std::uint64_t jobs = 0;              ///< jobs it answered
 };
 
 struct pool_stats {
@@ -126,7 +177,8 @@ struct pool_stats {
  * The workers of MPI_COMM_WORLD as one `evaluator`, on rank 0.
  *
  * `create` waits until every other rank has called `serve` and said which
- * devices it has. Validate and profile jobs go to the rank owning their
+ * devices it has, or `refuse`d: then every worker is stopped and the error
+ * names each refusing rank with its reason. Validate and profile jobs go to the rank owning their
  * device; compile jobs go to the worker rank with the most free compile slots
  * (the rank compiles for its own GPUs, and its compile cache then serves its
  * validations). Results are posted to the executor, once per job.
@@ -155,6 +207,8 @@ class mpi_pool {
   /// Which worker rank and local device serve pool device `device` now.
   [[nodiscard]] std::pair<int, int> owner(int device) const;
   [[nodiscard]] pool_stats stats() const;
+  /// Every worker rank, in rank order.
+  [[nodiscard]] std::vector<worker_info> workers() const;
 
  private:
   struct state;
