@@ -31,10 +31,10 @@ for step in "$@"; do
       ;;
     bench)
       # Dispatch overhead and evaluations per second, 1 to 8 worker ranks of two stand-in devices;
-      # the MPI threads' waiting at its defaults, then never sleeping (idle_poll 0).
-      for run in "10000" "1000" "10000 --idle-poll-us 0" "1000 --idle-poll-us 0"; do
+      # the MPI threads' waiting at its defaults (idle_poll 100 us), at 250 us, and never sleeping (0).
+      for run in "10000" "1000" "10000 --idle-poll-us 250" "10000 --idle-poll-us 0" "1000 --idle-poll-us 0"; do
         read -r lat rest <<< "$run"
-        tag=$lat; [[ -n $rest ]] && tag="$lat-spin"
+        tag=$lat; [[ -n $rest ]] && tag="$lat-idle${rest##* }"
         # shellcheck disable=SC2086
         timeout 200 mpirun --bind-to none -np 9 "$build/src/mpi/specgen-mpi-bench" --mode scaling --jobs 500 \
           --latency-us $lat --devices 2 $rest --json "$out/mpi-scaling-$tag.json" > "$out/mpi-scaling-$tag.txt" 2>&1

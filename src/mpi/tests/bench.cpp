@@ -37,7 +37,7 @@ struct options {
   int latency_us = 0;
   int devices = 1;
   bool local = false;
-  int idle_poll_us = 250;
+  int idle_poll_us = 100;
   int busy_poll_us = 1000;
   std::string json{};
 };

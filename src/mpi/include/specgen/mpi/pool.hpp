@@ -109,7 +109,7 @@ struct worker_config {
   /// 40 us, ... up to `idle_poll` between looks. `idle_poll` 0: never sleeps.
   /// docs/distributed.md has what they cost.
   std::chrono::microseconds busy_poll{1000};
-  std::chrono::microseconds idle_poll{250};
+  std::chrono::microseconds idle_poll{100};
 };
 
 /// A worker rank's loop: says which devices it has, then runs the jobs rank 0
@@ -146,7 +146,7 @@ struct pool_config {
   /// 40 us, ... up to `idle_poll` between looks. `idle_poll` 0: never sleeps.
   /// docs/distributed.md has what they cost.
   std::chrono::microseconds busy_poll{1000};
-  std::chrono::microseconds idle_poll{250};
+  std::chrono::microseconds idle_poll{100};
   /// Called on the loop's thread when a rank is taken for dead.
   std::function<void(const rank_loss&)> on_rank_lost{};
 };
