@@ -47,7 +47,7 @@ for step in "$@"; do
       # by two worker ranks sharing the GPU.
       run="$build/examples/specgen-run"
       common=(--backend replay --tasks 8 --rounds 3 --decode-rate 700 --quiet)
-      for v in "local" "mpi1-bound -np 2" "mpi1 --bind-to none -np 2" "mpi2 --bind-to none -np 3"; do
+      for v in "local" "mpi1 --bind-to none -np 2" "mpi2 --bind-to none -np 3"; do
         read -r tag rest <<< "$v"
         if [[ $tag == local ]]; then
           timeout 140 "$run" --evaluator gpu --gpus 0 "${common[@]}" --out "/tmp/s-$tag" > "$out/search-$tag.txt" 2>&1
