@@ -14,7 +14,7 @@ rm -rf "$out" "$out.log"
 mkdir -p "$(dirname "$out")"
 "$server" --tokens-per-s 2000 -- "$mpirun" --oversubscribe --enable-recovery -np 3 "$run" --backend openai \
   --base-url 'http://127.0.0.1:{port}' --model standin/Qwen3-32B --evaluator mpi --stand-in-worker "$fake" \
-  --task-files "$tasks/relu.json" "$tasks/gelu.json" --rounds 3 --out "$out" --quiet >"$out.log" 2>&1 &
+  --task-files "$tasks/relu.json" "$tasks/gelu.json" --rounds 2 --out "$out" --quiet >"$out.log" 2>&1 &
 job=$!
 fail() {
   echo "FAIL: $*"
