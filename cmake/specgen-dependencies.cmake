@@ -13,7 +13,8 @@ set(SPECGEN_DEPENDENCY_PACKAGES
   "CUDA=CUDAToolkit"
   "CURL=CURL"
   "Threads=Threads"
-  "PkgConfig=PkgConfig")
+  "PkgConfig=PkgConfig"
+  "MPI=MPI COMPONENTS CXX")
 
 # specgen_find_dependency_lines(<out-var> <target>...)
 # Sets <out-var> to the find_dependency() calls, one per package, in first-use order.
