@@ -4,7 +4,11 @@
 // complete, and a non-blocking receive of whatever has arrived.
 #include <specgen/detail/config.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <list>
 #include <optional>
 #include <string>
@@ -48,6 +52,40 @@ class link {
   };
   std::list<pending> sends_;
   std::vector<std::string> abandoned_;
+};
+
+/// How an MPI thread waits between looks for messages (Open MPI has no
+/// blocking wait that does not spin): for `busy` after the last activity it
+/// looks again and again, yielding the core in between; then it sleeps 20 us,
+/// 40 us, ... up to `idle` between looks, woken early when `ready` turns true.
+/// `idle` 0: never sleeps.
+class poll_waiter {
+ public:
+  poll_waiter(std::chrono::microseconds busy, std::chrono::microseconds idle)
+      : busy_(busy), idle_(idle), backoff_(first()) {}
+  /// Something was sent or received: look again at once.
+  void active() {
+    last_active_ = std::chrono::steady_clock::now();
+    backoff_ = first();
+  }
+  /// Nothing was: wait before the next look.
+  template <class Ready>
+  void wait(std::mutex& m, std::condition_variable& wake, Ready ready) {
+    if (idle_.count() <= 0 || std::chrono::steady_clock::now() - last_active_ < busy_) {
+      std::this_thread::yield();
+      return;
+    }
+    std::unique_lock lock(m);
+    wake.wait_for(lock, backoff_, ready);
+    backoff_ = std::min(backoff_ * 2, idle_);
+  }
+
+ private:
+  [[nodiscard]] std::chrono::microseconds first() const { return std::min(std::chrono::microseconds(20), idle_); }
+  std::chrono::microseconds busy_;
+  std::chrono::microseconds idle_;
+  std::chrono::microseconds backoff_;
+  std::chrono::steady_clock::time_point last_active_ = std::chrono::steady_clock::now();
 };
 
 /// Set in this process once a rank is known lost (rank 0: taken for dead;

@@ -252,8 +252,7 @@ struct mpi_pool::state {
 
   void run() {
     link l;
-    auto backoff = std::min(std::chrono::microseconds(20), config.idle_poll);
-    auto last_active = clk::now();
+    poll_waiter waiter(config.busy_poll, config.idle_poll);
     try {
       while (true) {
         std::vector<outgoing> out;
@@ -294,16 +293,8 @@ struct mpi_pool::state {
               active = true;
             }
         }
-        if (active) {
-          last_active = clk::now();
-          backoff = std::min(std::chrono::microseconds(20), config.idle_poll);
-        } else if (config.idle_poll.count() <= 0 || clk::now() - last_active < config.busy_poll) {
-          std::this_thread::yield();
-        } else {
-          std::unique_lock lock(mutex);
-          wake.wait_for(lock, backoff, [&] { return !outbox.empty() || stopping; });
-          backoff = std::min(backoff * 2, config.idle_poll);
-        }
+        if (active) waiter.active();
+        else waiter.wait(mutex, wake, [&] { return !outbox.empty() || stopping; });
       }
       l.flush(std::chrono::seconds(2));
     } catch (const std::exception& e) {

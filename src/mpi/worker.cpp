@@ -181,8 +181,7 @@ expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, 
     using clk = std::chrono::steady_clock;
     link l;
     auto last_sent = clk::now();
-    auto backoff = std::min(std::chrono::microseconds(20), config.idle_poll);
-    auto last_active = clk::now();
+    poll_waiter waiter(config.busy_poll, config.idle_poll);
     try {
       bool done = false;
       while (!done) {
@@ -214,16 +213,8 @@ expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, 
           }
         }
         if (done) break;
-        if (active) {
-          last_active = clk::now();
-          backoff = std::min(std::chrono::microseconds(20), config.idle_poll);
-        } else if (config.idle_poll.count() <= 0 || clk::now() - last_active < config.busy_poll) {
-          std::this_thread::yield();
-        } else {
-          std::unique_lock lock(mutex);
-          wake.wait_for(lock, backoff, [&] { return !outbox.empty(); });
-          backoff = std::min(backoff * 2, config.idle_poll);
-        }
+        if (active) waiter.active();
+        else waiter.wait(mutex, wake, [&] { return !outbox.empty(); });
       }
       l.flush(std::chrono::seconds(2));
     } catch (const std::exception& e) {

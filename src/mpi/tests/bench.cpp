@@ -42,6 +42,15 @@ struct options {
   std::string json{};
 };
 
+/// The candidate every job of the benchmark carries (the stand-in only reads its source).
+std::shared_ptr<candidate> noop_candidate(const task& t) {
+  auto c = std::make_shared<candidate>();
+  c->task = t.name;
+  c->source = "extern \"C\" __global__ void k() {}";
+  c->plan = "launch k grid=(1,1,1) block=(32,1,1)";
+  return c;
+}
+
 /// Round trips of a no-op validate job on device 0: sorted, in microseconds.
 template <class Pool>
 std::vector<double> round_trips(Pool& pool, event_loop<steady_clock>& loop, int jobs, const std::shared_ptr<candidate>& c,
@@ -84,10 +93,7 @@ double throughput(Pool& pool, event_loop<steady_clock>& loop, int jobs, int devi
 template <class Pool>
 void measure(Pool& pool, event_loop<steady_clock>& loop, const options& o, const task& t, const char* what) {
   auto tp = std::make_shared<const task>(t);
-  auto c = std::make_shared<candidate>();
-  c->task = t.name;
-  c->source = "extern \"C\" __global__ void k() {}";
-  c->plan = "launch k grid=(1,1,1) block=(32,1,1)";
+  auto c = noop_candidate(t);
   job_id next = 1;
   if (o.mode == "rtt") {
     const auto us = round_trips(pool, loop, o.jobs, c, tp, next);
@@ -110,10 +116,7 @@ void measure(Pool& pool, event_loop<steady_clock>& loop, const options& o, const
 void scaling(mpi::mpi_pool& pool, event_loop<steady_clock>& loop, const options& o, const task& t, int workers,
              const std::string& json) {
   auto tp = std::make_shared<const task>(t);
-  auto c = std::make_shared<candidate>();
-  c->task = t.name;
-  c->source = "extern \"C\" __global__ void k() {}";
-  c->plan = "launch k grid=(1,1,1) block=(32,1,1)";
+  auto c = noop_candidate(t);
   job_id next = 1;
   const auto latency = std::chrono::microseconds(o.latency_us);
   nlohmann::json out = {{"latency_us", o.latency_us}, {"devices_per_rank", o.devices}, {"workers", workers}};
