@@ -2,8 +2,10 @@
 # scripts/test.sh (the CI build) gives -O0: the test programs instantiate the
 # header-only engine, and g++ 12 spends more time optimising that code than
 # parsing it (a unit test of the engine's modes: 36 s at -O1, 26 s at -O0, on
-# a 2-core machine), while the tests still run in seconds. The library, the
-# programs and the benchmarks keep the build type's options.
+# a 2-core machine), while most tests still run in seconds. The tests whose
+# run is the engine's simulation (SPECGEN_KEEP_OPTIMISED: unoptimised,
+# engine_test ran 121 s instead of 14 s), the library, the programs and the
+# benchmarks keep the build type's options.
 set(SPECGEN_TEST_CXX_FLAGS "" CACHE STRING "Extra compile options for the Catch2 test programs, e.g. -O0")
 
 function(_specgen_targets_in dir out)
@@ -29,7 +31,10 @@ function(specgen_apply_test_flags)
     endif()
     get_target_property(libs ${t} LINK_LIBRARIES)
     # The Catch2 programs; the fuzzers keep their own options.
-    if(libs AND ("Catch2::Catch2" IN_LIST libs OR "specgen_catch_main" IN_LIST libs) AND NOT t MATCHES "fuzz")
+    # A test whose run is mostly the engine's own work keeps the optimisation (SPECGEN_KEEP_OPTIMISED).
+    get_target_property(keep ${t} SPECGEN_KEEP_OPTIMISED)
+    if(libs AND ("Catch2::Catch2" IN_LIST libs OR "specgen_catch_main" IN_LIST libs) AND NOT t MATCHES "fuzz"
+       AND NOT keep)
       target_compile_options(${t} PRIVATE ${SPECGEN_TEST_CXX_FLAGS})
     endif()
   endforeach()
