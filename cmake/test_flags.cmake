@@ -30,8 +30,8 @@ function(specgen_apply_test_flags)
       continue()
     endif()
     get_target_property(libs ${t} LINK_LIBRARIES)
-    # The Catch2 programs; the fuzzers keep their own options.
-    # A test whose run is mostly the engine's own work keeps the optimisation (SPECGEN_KEEP_OPTIMISED).
+    # The Catch2 programs, but not the fuzzers (their own options) nor a test whose run is mostly
+    # the engine's own work (SPECGEN_KEEP_OPTIMISED).
     get_target_property(keep ${t} SPECGEN_KEEP_OPTIMISED)
     if(libs AND ("Catch2::Catch2" IN_LIST libs OR "specgen_catch_main" IN_LIST libs) AND NOT t MATCHES "fuzz"
        AND NOT keep)

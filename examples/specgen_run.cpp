@@ -405,13 +405,14 @@ std::unique_ptr<gpu::gpu_pool> start_pool(event_loop<steady_clock>& loop, gpu::p
 /// stop. One that cannot start its pool tells rank 0 why. Prints only errors.
 int serve_as_worker(const programs::options& a, const run_plan& p, const replay::corpus& c,
                     const mpi::environment& env) {
+  std::optional<gpu::pool_config> config;
   expected<void, error> served;
   try {
-    served = mpi::serve_gpus(env, c.tasks, pool_config_from(a, p));
+    config = pool_config_from(a, p);
   } catch (const std::exception& e) {  // the flags this host cannot honour (--gpus, --stand-in-worker)
-    auto told = mpi::refuse(e.what());
-    served = unexpected(error{told ? std::string(e.what()) : told.error().message});
+    served = mpi::refuse(e.what());
   }
+  if (config) served = mpi::serve_gpus(env, c.tasks, std::move(*config));
   if (!served) {
     fmt::print(stderr, "specgen-run: rank {}: {}\n", env.rank(), served.error().what());
     return 1;

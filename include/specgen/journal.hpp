@@ -504,9 +504,6 @@ struct journal_state {
   timestamp last_t{0};                 ///< latest record time
   std::uint64_t records = 0;           ///< complete records read
   std::optional<std::size_t> torn_line{};  ///< line number of an ignored torn last line
-  /// The evaluator_event records, in order, each without its type (its `t`
-  /// is the run time in seconds, `event` what happened).
-  std::vector<nlohmann::json> evaluator_events{};
 
   /// Ids of the candidates with `status`, ascending.
   [[nodiscard]] std::vector<candidate_id> ids_with(candidate_status status) const {
@@ -691,10 +688,6 @@ inline void apply_record(journal_state& s, const nlohmann::json& r, std::size_t 
   } else if (type == rec::target_reached) {
     auto& js = search_of();
     if (!js.target_reached_at) js.target_reached_at = t;
-  } else if (type == rec::evaluator_event) {
-    nlohmann::json e = r;
-    for (const char* key : {"type", "t_ns"}) e.erase(key);
-    s.evaluator_events.push_back(std::move(e));
   } else if (type == rec::stream_error || type == rec::fork_error) {
     auto& js = search_of();
     if (js.stream_failures++ == 0) js.first_stream_error = key_or(r, "error", std::string{});

@@ -43,8 +43,8 @@ for step in "$@"; do
       ;;
     search)
       # The suite's first 8 tasks, recorded kernels (the replay model at 700 tokens/s), judged on GPU 0:
-      # by the local GPU pool; by one MPI worker rank as mpirun binds it (to one core) and unbound;
-      # by two worker ranks sharing the GPU.
+      # by the local GPU pool, by one MPI worker rank and by two worker ranks sharing the GPU, all
+      # started unbound (mpirun binds 1-2 ranks to one core; docs/distributed.md).
       run="$build/examples/specgen-run"
       common=(--backend replay --tasks 8 --rounds 3 --decode-rate 700 --quiet)
       for v in "local" "mpi1 --bind-to none -np 2" "mpi2 --bind-to none -np 3"; do

@@ -13,21 +13,12 @@ expected<void, error> serve_gpus(const environment& env, const std::vector<task>
   event_loop<steady_clock> loop;
   if (config.devices.empty()) {
     const auto n = gpu::device_count();
-    if (!n || *n == 0) {
-      const std::string why =
-          fmt::format("no GPU: {}", n ? "the driver reports no devices" : n.error().message);
-      auto told = refuse(why);
-      return unexpected(error{told ? why : told.error().message});
-    }
+    if (!n || *n == 0) return refuse(fmt::format("no GPU: {}", n ? "the driver reports no devices" : n.error().message));
     for (int d = 0; d < *n; ++d) config.devices.push_back(d);
   }
   config.devices = share_devices(config.devices, env.host_workers(), env.host_worker_index());
   auto pool = gpu::gpu_pool::create(loop, std::move(config));
-  if (!pool) {
-    const std::string why = fmt::format("cannot start the GPU pool: {}", pool.error().what());
-    auto told = refuse(why);
-    return unexpected(error{told ? why : told.error().message});
-  }
+  if (!pool) return refuse(fmt::format("cannot start the GPU pool: {}", pool.error().what()));
   return serve(loop, local_evaluator::of(**pool), tasks, worker);
 }
 

@@ -4,14 +4,16 @@
 // complete, and a non-blocking receive of whatever has arrived.
 #include <specgen/detail/config.hpp>
 
+#include <specgen/mpi/pool.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <list>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 SPECGEN_BEGIN_NAMESPACE
@@ -54,15 +56,11 @@ class link {
   std::vector<std::string> abandoned_;
 };
 
-/// How an MPI thread waits between looks for messages (Open MPI has no
-/// blocking wait that does not spin): for `busy` after the last activity it
-/// looks again and again, yielding the core in between; then it sleeps 20 us,
-/// 40 us, ... up to `idle` between looks, woken early when `ready` turns true.
-/// `idle` 0: never sleeps.
+/// An MPI thread's wait between looks for messages, as `polling` says; a
+/// sleep ends early when `ready` turns true.
 class poll_waiter {
  public:
-  poll_waiter(std::chrono::microseconds busy, std::chrono::microseconds idle)
-      : busy_(busy), idle_(idle), backoff_(first()) {}
+  explicit poll_waiter(polling p) : busy_(p.busy_poll), idle_(p.idle_poll), backoff_(first()) {}
   /// Something was sent or received: look again at once.
   void active() {
     last_active_ = std::chrono::steady_clock::now();

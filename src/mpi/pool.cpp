@@ -252,7 +252,7 @@ struct mpi_pool::state {
 
   void run() {
     link l;
-    poll_waiter waiter(config.busy_poll, config.idle_poll);
+    poll_waiter waiter(config.poll);
     try {
       while (true) {
         std::vector<outgoing> out;

@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include <sched.h>
+
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -44,8 +44,10 @@ environment::environment(int& argc, char**& argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   // The ranks on this host, in world-rank order; every one but rank 0 is a worker.
   MPI_Comm host = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host) != MPI_SUCCESS)
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host) != MPI_SUCCESS) {
+    if (owns_) MPI_Finalize();
     throw std::runtime_error("MPI_Comm_split_type failed: cannot tell which ranks share this host");
+  }
   int host_size = 0;
   MPI_Comm_size(host, &host_size);
   std::vector<int> world_ranks(static_cast<std::size_t>(host_size));
@@ -103,7 +105,7 @@ expected<void, error> refuse(const std::string& why) {
   } catch (const std::exception& e) {
     return unexpected(error{fmt::format("rank {}: telling rank 0 it cannot serve: {}", rank, e.what())});
   }
-  return {};
+  return unexpected(error{why});
 }
 
 expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, const std::vector<task>& tasks,
@@ -181,7 +183,7 @@ expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, 
     using clk = std::chrono::steady_clock;
     link l;
     auto last_sent = clk::now();
-    poll_waiter waiter(config.busy_poll, config.idle_poll);
+    poll_waiter waiter(config.poll);
     try {
       bool done = false;
       while (!done) {

@@ -51,6 +51,11 @@ std::shared_ptr<candidate> noop_candidate(const task& t) {
   return c;
 }
 
+/// The value at quantile `q` of sorted `v` (not empty).
+double quantile(const std::vector<double>& v, double q) {
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
 /// Round trips of a no-op validate job on device 0: sorted, in microseconds.
 template <class Pool>
 std::vector<double> round_trips(Pool& pool, event_loop<steady_clock>& loop, int jobs, const std::shared_ptr<candidate>& c,
@@ -97,8 +102,8 @@ void measure(Pool& pool, event_loop<steady_clock>& loop, const options& o, const
   job_id next = 1;
   if (o.mode == "rtt") {
     const auto us = round_trips(pool, loop, o.jobs, c, tp, next);
-    std::printf("%s rtt: %zu jobs, median %.1f us, p10 %.1f us, p90 %.1f us\n", what, us.size(), us[us.size() / 2],
-                us[us.size() / 10], us[us.size() * 9 / 10]);
+    std::printf("%s rtt: %zu jobs, median %.1f us, p10 %.1f us, p90 %.1f us\n", what, us.size(), quantile(us, 0.5),
+                quantile(us, 0.1), quantile(us, 0.9));
     return;
   }
   const auto t0 = clk::now();
@@ -109,10 +114,10 @@ void measure(Pool& pool, event_loop<steady_clock>& loop, const options& o, const
 }
 
 /// One run, side by side: the round trip of a job through rank 1 against the
-/// same stand-in (the same latency) in this process, then evaluations per second with the devices of
-/// the first 1, 2, 4, ... worker ranks busy, against a local stand-in with as
-/// many devices, and against that many times one rank's rate. Writes JSON to
-/// `json` when given.
+/// same stand-in (the same latency) in this process, then evaluations per
+/// second with the devices of the first 1, 2, 4, ... worker ranks busy,
+/// against a local stand-in with as many devices, and against that many times
+/// one rank's rate. Writes JSON to `json` when given.
 void scaling(mpi::mpi_pool& pool, event_loop<steady_clock>& loop, const options& o, const task& t, int workers,
              const std::string& json) {
   auto tp = std::make_shared<const task>(t);
@@ -128,14 +133,13 @@ void scaling(mpi::mpi_pool& pool, event_loop<steady_clock>& loop, const options&
     mpi::testing::standin_evaluator local(loop, 1, 2, latency);  // the workers' latency: the difference is dispatch
     local_us = round_trips(local, loop, rtt_jobs, c, tp, next);
   }
-  auto at = [](const std::vector<double>& v, double q) { return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))]; };
   std::printf("round trip of a %d us job, %d jobs: through rank 1 median %.1f us (p90 %.1f), in this process median "
               "%.1f us: dispatch overhead %.1f us per job at the median (target: at most 1000)\n",
-              o.latency_us, rtt_jobs, at(mpi_us, 0.5), at(mpi_us, 0.9), at(local_us, 0.5), at(mpi_us, 0.5) - at(local_us, 0.5));
-  out["rtt_mpi_median_us"] = at(mpi_us, 0.5);
-  out["rtt_mpi_p90_us"] = at(mpi_us, 0.9);
-  out["rtt_local_median_us"] = at(local_us, 0.5);
-  out["dispatch_overhead_median_us"] = at(mpi_us, 0.5) - at(local_us, 0.5);
+              o.latency_us, rtt_jobs, quantile(mpi_us, 0.5), quantile(mpi_us, 0.9), quantile(local_us, 0.5), quantile(mpi_us, 0.5) - quantile(local_us, 0.5));
+  out["rtt_mpi_median_us"] = quantile(mpi_us, 0.5);
+  out["rtt_mpi_p90_us"] = quantile(mpi_us, 0.9);
+  out["rtt_local_median_us"] = quantile(local_us, 0.5);
+  out["dispatch_overhead_median_us"] = quantile(mpi_us, 0.5) - quantile(local_us, 0.5);
 
   std::printf("\n%-6s %8s %14s %14s %10s %14s\n", "ranks", "devices", "local eval/s", "mpi eval/s", "mpi/local",
               "vs N x 1 rank");
@@ -188,8 +192,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto latency = std::chrono::microseconds(o.latency_us);
-  const auto busy_poll = std::chrono::microseconds(o.busy_poll_us);
-  const auto idle_poll = std::chrono::microseconds(o.idle_poll_us);
+  const mpi::polling poll{.busy_poll = std::chrono::microseconds(o.busy_poll_us),
+                          .idle_poll = std::chrono::microseconds(o.idle_poll_us)};
   event_loop<steady_clock> loop;
   if (o.local) {
     mpi::testing::standin_evaluator standin(loop, o.devices, 2, latency);
@@ -199,11 +203,10 @@ int main(int argc, char** argv) {
   mpi::environment env(argc, argv);
   if (env.rank() != 0) {
     mpi::testing::standin_evaluator standin(loop, o.devices, 2, latency);
-    auto served = mpi::serve(loop, mpi::local_evaluator::of(standin), *tasks,
-                             {.busy_poll = busy_poll, .idle_poll = idle_poll});
+    auto served = mpi::serve(loop, mpi::local_evaluator::of(standin), *tasks, {.poll = poll});
     return served ? 0 : 1;
   }
-  auto pool = mpi::mpi_pool::create(loop, {.busy_poll = busy_poll, .idle_poll = idle_poll});
+  auto pool = mpi::mpi_pool::create(loop, {.poll = poll});
   if (!pool) {
     std::fprintf(stderr, "%s\n", pool.error().message.c_str());
     return 1;

@@ -3,9 +3,9 @@
 // the two worker ranks, each of which evaluates on a simulated device of two
 // GPUs and two compile slots answering from the suite's cost table; then the
 // same search on a local simulated device of four GPUs and four compile
-// slots, side by side. The MPI run must end every
-// search, use both worker ranks, move devices between validation and
-// profiling (the elastic split) and cancel stale jobs on the workers.
+// slots, side by side. The MPI run must end every search, use both worker
+// ranks, move devices between validation and profiling (the elastic split)
+// and cancel stale jobs on the workers.
 #include <specgen/engine.hpp>
 #include <specgen/modes.hpp>
 #include <specgen/mpi/pool.hpp>

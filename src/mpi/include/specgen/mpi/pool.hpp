@@ -99,17 +99,22 @@ struct local_evaluator {
   }
 };
 
+/// How an MPI thread of the pool or of a worker waits for messages (Open MPI
+/// has no blocking wait that does not spin): for `busy_poll` after the last
+/// message it looks again and again, yielding the core in between; then it
+/// sleeps 20 us, 40 us, ... up to `idle_poll` between looks. `idle_poll` 0:
+/// never sleeps. docs/distributed.md has what they cost.
+struct polling {
+  std::chrono::microseconds busy_poll{1000};
+  std::chrono::microseconds idle_poll{100};
+};
+
 struct worker_config {
   /// How often the worker tells rank 0 it is alive when it has nothing else
   /// to send. Keep it well under the pool's `dead_after`.
   std::chrono::milliseconds heartbeat{100};
-  /// How the MPI thread waits for messages (Open MPI has no blocking wait
-  /// that does not spin): for `busy_poll` after the last message it looks
-  /// again and again, yielding the core in between; then it sleeps 20 us,
-  /// 40 us, ... up to `idle_poll` between looks. `idle_poll` 0: never sleeps.
-  /// docs/distributed.md has what they cost.
-  std::chrono::microseconds busy_poll{1000};
-  std::chrono::microseconds idle_poll{100};
+  /// How the MPI thread waits for messages.
+  polling poll{};
 };
 
 /// A worker rank's loop: says which devices it has, then runs the jobs rank 0
@@ -125,6 +130,8 @@ expected<void, error> serve(event_loop<steady_clock>& loop, local_evaluator ev, 
 /// rank 0 why instead of calling `serve`, and waits for rank 0's stop, so
 /// that the job ends with that reason rather than waiting on the rank:
 /// `mpi_pool::create` then returns an error naming every refusing rank.
+/// Returns the error the worker ends with: `why`, or the MPI failure that
+/// kept rank 0 from hearing it.
 expected<void, error> refuse(const std::string& why);
 
 /// What `pool_config::on_rank_lost` is told of a lost rank.
@@ -140,13 +147,8 @@ struct pool_config {
   /// A worker rank from which nothing (no result, no heartbeat) has arrived
   /// for this long is taken for dead: its jobs go to the other ranks.
   std::chrono::milliseconds dead_after{3000};
-  /// How the MPI thread waits for messages (Open MPI has no blocking wait
-  /// that does not spin): for `busy_poll` after the last message it looks
-  /// again and again, yielding the core in between; then it sleeps 20 us,
-  /// 40 us, ... up to `idle_poll` between looks. `idle_poll` 0: never sleeps.
-  /// docs/distributed.md has what they cost.
-  std::chrono::microseconds busy_poll{1000};
-  std::chrono::microseconds idle_poll{100};
+  /// How the MPI thread waits for messages.
+  polling poll{};
   /// Called on the loop's thread when a rank is taken for dead.
   std::function<void(const rank_loss&)> on_rank_lost{};
 };
@@ -178,8 +180,9 @@ struct pool_stats {
  *
  * `create` waits until every other rank has called `serve` and said which
  * devices it has, or `refuse`d: then every worker is stopped and the error
- * names each refusing rank with its reason. Validate and profile jobs go to the rank owning their
- * device; compile jobs go to the worker rank with the most free compile slots
+ * names each refusing rank with its reason. Validate and profile jobs go to
+ * the rank owning their device; compile jobs go to the worker rank with the
+ * most free compile slots
  * (the rank compiles for its own GPUs, and its compile cache then serves its
  * validations). Results are posted to the executor, once per job.
  *
