@@ -13,7 +13,8 @@ expected<void, error> serve_gpus(const environment& env, const std::vector<task>
   event_loop<steady_clock> loop;
   if (config.devices.empty()) {
     const auto n = gpu::device_count();
-    if (!n || *n == 0) return refuse(fmt::format("no GPU: {}", n ? "the driver reports no devices" : n.error().message));
+    if (!n || *n == 0)
+      return refuse(fmt::format("no GPU: {}", n ? "the driver reports no devices" : n.error().message));
     for (int d = 0; d < *n; ++d) config.devices.push_back(d);
   }
   config.devices = share_devices(config.devices, env.host_workers(), env.host_worker_index());

@@ -178,8 +178,8 @@ struct mpi_pool::state {
   /// Rank `rank` is gone: its devices are served by live ones and its jobs
   /// sent again (or answered, when cancelled or when no rank is left).
   void lose(int rank) {
-    rank_loss loss{.rank = rank,
-                   .silent = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - ranks[rank].last_heard)};
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - ranks[rank].last_heard);
+    rank_loss loss{.rank = rank, .silent = silent};
     ranks[rank].alive = false;
     ranks[rank].compiling = 0;
     lost.push_back(rank);
@@ -349,7 +349,8 @@ expected<std::unique_ptr<mpi_pool>, error> mpi_pool::create(executor& loop, pool
       } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): the error below is what counts
       }
     }
-    return unexpected(error{refused.empty() ? "no worker rank has a device" : "worker ranks could not start: " + refused});
+    return unexpected(
+        error{refused.empty() ? "no worker rank has a device" : "worker ranks could not start: " + refused});
   }
   for (std::size_t i = 0; i < s->slots.size(); ++i) s->device_map.push_back(static_cast<int>(i));
   const auto now = clk::now();

@@ -58,7 +58,8 @@ double quantile(const std::vector<double>& v, double q) {
 
 /// Round trips of a no-op validate job on device 0: sorted, in microseconds.
 template <class Pool>
-std::vector<double> round_trips(Pool& pool, event_loop<steady_clock>& loop, int jobs, const std::shared_ptr<candidate>& c,
+std::vector<double> round_trips(Pool& pool, event_loop<steady_clock>& loop, int jobs,
+                                const std::shared_ptr<candidate>& c,
                                 const std::shared_ptr<const task>& t, job_id& next) {
   std::vector<double> us;
   clk::time_point t0;
@@ -77,7 +78,8 @@ std::vector<double> round_trips(Pool& pool, event_loop<steady_clock>& loop, int 
 
 /// Evaluations per second with every one of devices 0 .. `devices`-1 kept busy by `jobs` jobs.
 template <class Pool>
-double throughput(Pool& pool, event_loop<steady_clock>& loop, int jobs, int devices, const std::shared_ptr<candidate>& c,
+double throughput(Pool& pool, event_loop<steady_clock>& loop, int jobs, int devices,
+                  const std::shared_ptr<candidate>& c,
                   const std::shared_ptr<const task>& t, job_id& next) {
   int submitted = 0;
   int answered = 0;
@@ -135,7 +137,8 @@ void scaling(mpi::mpi_pool& pool, event_loop<steady_clock>& loop, const options&
   }
   std::printf("round trip of a %d us job, %d jobs: through rank 1 median %.1f us (p90 %.1f), in this process median "
               "%.1f us: dispatch overhead %.1f us per job at the median (target: at most 1000)\n",
-              o.latency_us, rtt_jobs, quantile(mpi_us, 0.5), quantile(mpi_us, 0.9), quantile(local_us, 0.5), quantile(mpi_us, 0.5) - quantile(local_us, 0.5));
+              o.latency_us, rtt_jobs, quantile(mpi_us, 0.5), quantile(mpi_us, 0.9), quantile(local_us, 0.5),
+              quantile(mpi_us, 0.5) - quantile(local_us, 0.5));
   out["rtt_mpi_median_us"] = quantile(mpi_us, 0.5);
   out["rtt_mpi_p90_us"] = quantile(mpi_us, 0.9);
   out["rtt_local_median_us"] = quantile(local_us, 0.5);
@@ -159,7 +162,8 @@ void scaling(mpi::mpi_pool& pool, event_loop<steady_clock>& loop, const options&
     const double mpi_rate = throughput(pool, loop, jobs, devices, c, tp, next);
     if (k == 1) one_rank = mpi_rate;
     const double scale = mpi_rate / (k * one_rank);
-    std::printf("%-6d %8d %14.0f %14.0f %10.3f %14.3f\n", k, devices, local_rate, mpi_rate, mpi_rate / local_rate, scale);
+    std::printf("%-6d %8d %14.0f %14.0f %10.3f %14.3f\n", k, devices, local_rate, mpi_rate, mpi_rate / local_rate,
+                scale);
     out["rows"].push_back({{"ranks", k}, {"devices", devices}, {"jobs", jobs}, {"local_per_s", local_rate},
                            {"mpi_per_s", mpi_rate}, {"mpi_over_local", mpi_rate / local_rate},
                            {"over_n_times_one_rank", scale}});

@@ -66,7 +66,9 @@ int main(int argc, char** argv) {
   std::vector<int> lost_seen;
   {
     auto created = mpi::mpi_pool::create(loop, {.dead_after = std::chrono::milliseconds(1000),
-                                                .on_rank_lost = [&](const mpi::rank_loss& l) { lost_seen.push_back(l.rank); }});
+                                                .on_rank_lost = [&](const mpi::rank_loss& l) {
+                                                  lost_seen.push_back(l.rank);
+                                                }});
     if (!created) {
       std::fprintf(stderr, "%s\n", created.error().message.c_str());
       return 1;
